@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""Fixtures for integration tests on real LXC containers behind the pct stand-in."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN_PCT = REPO / "tools" / "pve_standin" / "pct"
+
+
+def _have_lxc() -> bool:
+    return os.geteuid() == 0 and shutil.which("lxc-start") is not None and shutil.which("mmdebstrap") is not None
+
+
+needs_standin = pytest.mark.skipif(not _have_lxc(), reason="needs root, LXC and mmdebstrap: run tools/pve_standin/setup.sh")
+
+
+class StandinNode:
+    """A stand-in Proxmox node with its own state root; its containers are destroyed at the end."""
+
+    def __init__(self, root: Path | None, env: dict[str, str] | None = None) -> None:
+        self.env = dict(os.environ)
+        if root is not None:
+            self.env["PVE_STANDIN_ROOT"] = str(root)
+        self.env.update(env or {})
+        self.created: list[int] = []
+
+    def pct(self, *args: str | int, check: bool = False, input: bytes | None = None,  # pylint: disable=redefined-builtin
+            timeout: float = 120, extra_env: dict[str, str] | None = None,
+            capture: bool = True) -> subprocess.CompletedProcess[bytes]:
+        """Run the stand-in's pct with these arguments; stdin is a pipe (never a tty).
+
+        With ``capture=False`` stdout and stderr go to /dev/null: a job that keeps
+        inherited pipes open would otherwise hold the call until it ends.
+        """
+        env = dict(self.env, **(extra_env or {}))
+        out = subprocess.PIPE if capture else subprocess.DEVNULL
+        return subprocess.run([str(STANDIN_PCT), *map(str, args)], input=input or b"", stdout=out, stderr=out,
+                              env=env, timeout=timeout, check=check)
+
+    def sh(self, vmid: int, script: str, *args: str, check: bool = True, input: bytes | None = None,  # pylint: disable=redefined-builtin
+           timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+        """Run a POSIX sh script inside a container, with positional arguments."""
+        return self.pct("exec", vmid, "--", "sh", "-c", script, "sh", *args, check=check, input=input, timeout=timeout)
+
+    def create(self, vmid: int, release: str = "bookworm", start: bool = True) -> int:
+        """Create (and start) a fresh container, replacing any left over from an earlier run."""
+        if self.pct("config", vmid).returncode == 0:
+            self.pct("destroy", vmid, "--force", check=True)
+        args: list[str] = ["create", str(vmid), "--release", release]
+        if start:
+            args += ["--start", "1"]
+        self.pct(*args, check=True, timeout=600)
+        self.created.append(vmid)
+        return vmid
+
+    def destroy_all(self) -> None:
+        """Destroy every container this fixture created."""
+        for vmid in self.created:
+            self.pct("destroy", vmid, "--force")
+
+
+@pytest.fixture(scope="session")
+def standin() -> Iterator[StandinNode]:
+    """The default stand-in node (PVE_STANDIN_ROOT as set up by setup.sh)."""
+    if not _have_lxc():
+        pytest.skip("needs root, LXC and mmdebstrap: run tools/pve_standin/setup.sh")
+    node = StandinNode(None)
+    yield node
+    node.destroy_all()
+
+
+@pytest.fixture()
+def private_node(tmp_path: Path) -> Iterator[StandinNode]:
+    """A separate stand-in node of its own (own state root, own knobs), sharing the image cache."""
+    if not _have_lxc():
+        pytest.skip("needs root, LXC and mmdebstrap: run tools/pve_standin/setup.sh")
+    node = StandinNode(tmp_path / "node")
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / "node").write_text("testnode\n", encoding="utf-8")
+    yield node
+    node.destroy_all()
+
+
+def lines(output: bytes) -> Sequence[str]:
+    """Decode command output into lines."""
+    return output.decode("utf-8", "replace").splitlines()

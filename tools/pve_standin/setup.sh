@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+#
+# Bring the local Proxmox VE stand-in up from nothing, on a Debian host, as root:
+# install LXC and mmdebstrap, put the stand-in's `pct` on PATH, build the Debian
+# image once (cached), create container 200 and start it. Safe to run again:
+# it only does what is missing.
+#
+# Environment:
+#   PVE_STANDIN_ROOT    the node's state (default /var/lib/pve-standin)
+#   PVE_STANDIN_CACHE   cached root file systems (default /var/cache/pve-standin)
+#   STANDIN_VMID        the container to bring up (default 200)
+#   STANDIN_RELEASE     its Debian release: bullseye, bookworm (default) or trixie
+#   STANDIN_HOSTNAME    its host name (default train<VMID>)
+set -euo pipefail
+
+here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
+vmid="${STANDIN_VMID:-200}"
+release="${STANDIN_RELEASE:-bookworm}"
+hostname="${STANDIN_HOSTNAME:-train${vmid}}"
+packages=(lxc mmdebstrap python3 rsync tmux)
+
+say() { printf 'pve-standin: %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "pve-standin: run as root (LXC containers need it)" >&2
+  exit 1
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  say "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+ln -sfn "$here/pct" /usr/local/sbin/pct
+say "pct is $(readlink -f /usr/local/sbin/pct)"
+
+if ! pct config "$vmid" >/dev/null 2>&1; then
+  say "creating CT $vmid (Debian $release; the first build of an image takes about 30 s)"
+  pct create "$vmid" --release "$release" --hostname "$hostname"
+fi
+if [ "$(pct status "$vmid")" != "status: running" ]; then
+  say "starting CT $vmid"
+  pct start "$vmid"
+fi
+pct list
