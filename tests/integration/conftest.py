@@ -42,13 +42,27 @@ class StandinNode:
         """
         env = dict(self.env, **(extra_env or {}))
         out = subprocess.PIPE if capture else subprocess.DEVNULL
-        return subprocess.run([str(STANDIN_PCT), *map(str, args)], input=input or b"", stdout=out, stderr=out,
-                              env=env, timeout=timeout, check=check)
+        result = subprocess.run([str(STANDIN_PCT), *map(str, args)], input=input or b"", stdout=out, stderr=out,
+                                env=env, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"pct {' '.join(map(str, args))} exited {result.returncode}: {result.stderr!r}")
+        return result
 
     def sh(self, vmid: int, script: str, *args: str, check: bool = True, input: bytes | None = None,  # pylint: disable=redefined-builtin
            timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
         """Run a POSIX sh script inside a container, with positional arguments."""
         return self.pct("exec", vmid, "--", "sh", "-c", script, "sh", *args, check=check, input=input, timeout=timeout)
+
+    def apt_install(self, vmid: int, *packages: str) -> None:
+        """Install Debian packages inside a container.
+
+        apt's output goes to a file inside: apt drops to the _apt user, whose gpgv
+        cannot reopen a root-owned pipe as /dev/stderr ("Unknown error executing
+        apt-key"), as with real pct exec over a non-tty ssh session.
+        """
+        script = ('export DEBIAN_FRONTEND=noninteractive; { apt-get update -qq && apt-get install -y -qq "$@"; } '
+                  '>/tmp/apt.log 2>&1 || { cat /tmp/apt.log; exit 1; }')
+        self.sh(vmid, script, *packages, timeout=600)
 
     def create(self, vmid: int, release: str = "bookworm", start: bool = True) -> int:
         """Create (and start) a fresh container, replacing any left over from an earlier run."""

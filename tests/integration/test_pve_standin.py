@@ -161,8 +161,7 @@ def test_call_log_and_delay_knobs(private_node: StandinNode, tmp_path: Path) -> 
 def test_pty_knob_loses_nohup_job_while_tmux_survives(private_node: StandinNode) -> None:
     """With a pty, as `ssh -t` gives, the backgrounded `&&` list dies before its redirect; tmux lives on."""
     vmid = private_node.create(284)
-    private_node.sh(vmid, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null",
-                    timeout=300)
+    private_node.apt_install(vmid, "tmux")
     nohup_job = 'cd /tmp && nohup sleep 300 > /tmp/n.log 2>&1 &'
     tmux_job = ["tmux", "new-session", "-d", "-s", "probe", "sleep 300 > /tmp/t.log 2>&1"]
     # Without a tty the job survives, but holds the caller's stdout: discard it or the call waits for the job.

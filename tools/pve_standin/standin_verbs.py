@@ -11,6 +11,7 @@ import select
 import subprocess
 import sys
 import termios
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -107,7 +108,23 @@ def verb_start(node: Node, call: Call) -> int:
         prepare_start(node, vmid, conf.get("hostname", f"CT{vmid}"))
         run_checked(node.lxc("start", vmid, "-d"), f"starting CT {vmid}")
         run_checked(node.lxc("wait", vmid, "-s", "RUNNING", "-t", "30"), f"waiting for CT {vmid} to run")
+        wait_for_boot(node, vmid)
     return 0
+
+
+def wait_for_boot(node: Node, vmid: str, timeout: float = 30) -> None:
+    """Wait until systemd inside has booted, so its clean-up of /tmp cannot race the first exec.
+
+    Real pct start returns once init runs; the stand-in waits a little longer to keep tests deterministic.
+    """
+    argv = node.lxc("attach", vmid, "--clear-env", "--", "systemctl", "is-system-running")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        if state.stdout.strip() in ("running", "degraded"):
+            return
+        time.sleep(0.1)
+    sys.stderr.write(f"warning: CT {vmid} did not finish booting within {timeout:.0f}s\n")
 
 
 def verb_stop(node: Node, call: Call) -> int:
@@ -233,3 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return err.code
     except KeyboardInterrupt:
         return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
