@@ -1,0 +1,348 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: pct
+short_description: Run tasks in Proxmox VE LXC containers with pct exec
+version_added: 0.1.0
+author:
+  - trainops contributors (!UNKNOWN)
+description:
+  - Runs commands and transfers files in a Proxmox VE LXC container through C(pct exec VMID -- CMD) on the Proxmox node.
+  - When O(node) is not set, the controller is the Proxmox node and the local C(pct) is run.
+    When O(node) is set, the node is reached with the OpenSSH client (C(ssh -T -o BatchMode=yes)) and C(pct) runs there.
+  - Commands never get a terminal. C(pct exec) would make C(lxc-attach) allocate a pty for the command when any of its
+    standard streams is a terminal, and background jobs would then be killed by SIGHUP when the command ends.
+    Standard input is always a pipe or C(/dev/null).
+  - C(pct) runs with a small login-like environment instead of the controller's environment, namely
+    C(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), C(LANG=C.UTF-8), C(HOME), C(LOGNAME) and C(USER)
+    of the user running C(pct) (on a remote node as root, C(HOME=/root)).
+    C(pct exec) keeps its environment for the command by default (C(--keep-env 1)), so this is also the environment
+    inside the container, except for C(PATH), which C(pct) sets to C(/sbin:/bin:/usr/sbin:/usr/bin).
+    Use the C(environment) keyword for anything else, but never for secrets (they show in the process list of the node).
+  - Commands run as root inside the container, in the directory C(/).
+  - Files are streamed through standard input and output of C(pct exec) (C(sh -c 'cat > "$1"') and C(cat)),
+    never held in memory, and checked by exit status.
+options:
+  vmid:
+    description:
+      - VMID of the container, an integer from V(100) to V(999999999).
+      - Required. Usually set per host in the inventory with the C(pct_vmid) variable.
+    type: integer
+    vars:
+      - name: pct_vmid
+  node:
+    description:
+      - Name or address of the Proxmox node that runs the container, reached with C(ssh).
+      - When not set, the controller itself is the Proxmox node and C(pct) is run locally.
+    type: string
+    vars:
+      - name: pct_node
+    env:
+      - name: ANSIBLE_PCT_NODE
+  node_user:
+    description:
+      - User to log in to O(node) as with C(ssh). C(pct) needs root on the node.
+      - When not set, C(ssh) decides (its configuration or the controller user).
+      - Only used when O(node) is set.
+    type: string
+    vars:
+      - name: pct_node_user
+    env:
+      - name: ANSIBLE_PCT_NODE_USER
+  ssh_executable:
+    description:
+      - The OpenSSH client used to reach O(node).
+      - Only used when O(node) is set.
+    type: string
+    default: ssh
+    vars:
+      - name: pct_ssh_executable
+    env:
+      - name: ANSIBLE_PCT_SSH_EXECUTABLE
+    ini:
+      - section: pct_connection
+        key: ssh_executable
+  ssh_args:
+    description:
+      - Extra arguments for C(ssh), split like a shell would split them (for example V(-p 2222 -i ~/.ssh/pve)).
+      - They come after the collection's own options C(-T -o BatchMode=yes -o ConnectTimeout=...).
+        Options that allocate a terminal (C(-t)) must not be used.
+      - Only used when O(node) is set.
+    type: string
+    default: ''
+    vars:
+      - name: pct_ssh_args
+    env:
+      - name: ANSIBLE_PCT_SSH_ARGS
+    ini:
+      - section: pct_connection
+        key: ssh_args
+  pct_path:
+    description:
+      - The C(pct) program on the node, a name looked up in
+        C(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin) or an absolute path.
+    type: string
+    default: pct
+    vars:
+      - name: pct_path
+    env:
+      - name: ANSIBLE_PCT_PATH
+    ini:
+      - section: pct_connection
+        key: pct_path
+  timeout:
+    description:
+      - Seconds to wait for the connection to O(node) (C(ssh -o ConnectTimeout)).
+      - Commands in the container are not limited in time.
+    type: integer
+    default: 10
+    vars:
+      - name: pct_timeout
+    env:
+      - name: ANSIBLE_PCT_TIMEOUT
+    ini:
+      - section: pct_connection
+        key: timeout
+extends_documentation_fragment:
+  - connection_pipelining
+notes:
+  - The remote user (C(ansible_user)) is ignored; commands run as root in the container.
+    Privilege escalation to another user works only with methods that need no password (for example V(su) as root),
+    because no terminal is allocated.
+  - The container must be running and must have C(/bin/sh) and C(cat).
+  - Errors name the container, for example when it does not exist on the node, is not running,
+    or when C(pct) is not found (set O(pct_path) on a node that is not a standard Proxmox VE installation).
+seealso:
+  - name: pct manual
+    description: The Proxmox VE container toolkit.
+    link: https://pve.proxmox.com/pve-docs/pct.1.html
+"""
+
+EXAMPLES = r"""
+# Inventory (YAML): containers on the controller, which is the Proxmox node
+# all:
+#   hosts:
+#     trainer1:
+#       ansible_connection: trainops.pct_launch.pct
+#       pct_vmid: 200
+#
+# Containers on a remote Proxmox node, reached with ssh as root
+# all:
+#   hosts:
+#     trainer2:
+#       ansible_connection: trainops.pct_launch.pct
+#       pct_vmid: 201
+#       pct_node: pve1.example.org
+#       pct_node_user: root
+
+- name: Check the containers
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Ping inside the container
+      ansible.builtin.ping:
+"""
+
+import getpass
+import os
+import pwd
+import subprocess
+import tempfile
+import typing as t
+
+from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.plugins.connection import ConnectionBase
+from ansible.utils.display import Display
+
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
+    PctOptionError,
+    PctTarget,
+    build_command,
+    clean_environment,
+    fetch_command,
+    parse_node,
+    parse_ssh_args,
+    parse_vmid,
+    printable,
+    put_command,
+    remote_environment,
+    resolve_local_pct,
+    shell_command,
+)
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import (
+    command_failure_cause,
+    diagnose,
+    failure_message,
+    pct_not_found_cause,
+)
+
+display = Display()
+
+_Stream = t.Union[int, t.IO[bytes], None]
+
+
+def _local_user() -> tuple[str, str | None]:
+    """Name and home directory of the controller user."""
+    try:
+        entry = pwd.getpwuid(os.getuid())
+        return entry.pw_name, entry.pw_dir
+    except KeyError:
+        return getpass.getuser(), os.environ.get("HOME")
+
+
+class Connection(ConnectionBase):
+    """Run commands in a Proxmox VE LXC container with ``pct exec``."""
+
+    transport = "trainops.pct_launch.pct"
+    has_pipelining = True
+    has_tty = False
+    default_user = "root"
+
+    def __init__(self, *args: t.Any, **kwargs: t.Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._target: PctTarget | None = None
+        self._env: dict[str, str] = {}
+
+    def _make_target(self) -> PctTarget:
+        """Read and check the options; raises AnsibleError naming the host variable."""
+        try:
+            target = PctTarget(
+                vmid=parse_vmid(self.get_option("vmid")),
+                pct_path=self.get_option("pct_path") or "pct",
+                node=parse_node(self.get_option("node")),
+                node_user=self.get_option("node_user") or None,
+                ssh_executable=self.get_option("ssh_executable") or "ssh",
+                ssh_args=parse_ssh_args(self.get_option("ssh_args")),
+                timeout=int(self.get_option("timeout")),
+            )
+        except PctOptionError as exc:
+            raise AnsibleError(f"Cannot use the pct connection for host {self._play_context.remote_addr}: {exc}") from exc
+        if target.is_remote:
+            return target
+        resolved = resolve_local_pct(target.pct_path)
+        if resolved is None:
+            raise AnsibleConnectionFailure(failure_message("Cannot reach", target, pct_not_found_cause(target)))
+        return PctTarget(vmid=target.vmid, pct_path=resolved, timeout=target.timeout)
+
+    def _connect(self) -> Connection:
+        """Check the options; no process is started until a command runs."""
+        if not self._connected:
+            self._target = self._make_target()
+            if self._target.is_remote:
+                self._env = remote_environment(self._target)
+            else:
+                self._env = clean_environment(*_local_user())
+            self._play_context.remote_user = self.default_user
+            display.vvv(f"ESTABLISH PCT CONNECTION TO {self._target.describe()}", host=self._play_context.remote_addr)
+            self._connected = True
+        return self
+
+    @property
+    def target(self) -> PctTarget:
+        """The container (connects first when needed)."""
+        if self._target is None:
+            self._connect()
+        if self._target is None:  # pragma: no cover - _connect sets it or raises
+            raise AnsibleError("the pct connection is not set up")
+        return self._target
+
+    def _run(self, command: list[str], stdin: _Stream, stdout: _Stream, in_data: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """Run ``command`` in the container; returns (rc, stdout, stderr); stdout is b'' unless piped."""
+        argv = build_command(self.target, command, self._env)
+        display.vvv(f"EXEC {printable(argv)}", host=self._play_context.remote_addr)
+        # Local pct: clean environment, cwd / (lxc-attach keeps the cwd when it exists in the container).
+        # ssh: needs the controller's environment (agent socket, HOME); the node side gets `env -i`.
+        env = None if self.target.is_remote else self._env
+        b_argv = [to_bytes(arg, errors="surrogate_or_strict") for arg in argv]
+        try:
+            with subprocess.Popen(b_argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd="/") as proc:
+                out, err = proc.communicate(in_data)
+        except OSError as exc:
+            program = self.target.ssh_executable if self.target.is_remote else self.target.pct_path
+            cause = pct_not_found_cause(self.target, str(exc)) if not self.target.is_remote else f"cannot run {program}: {exc}"
+            raise AnsibleConnectionFailure(failure_message("Cannot reach", self.target, cause)) from exc
+        return proc.returncode, out or b"", err or b""
+
+    def _raise_if_not_run(self, what: str, rc: int, stderr: bytes) -> None:
+        """Raise AnsibleConnectionFailure when pct/ssh (not the command) failed."""
+        cause = diagnose(self.target, rc, stderr)
+        if cause is not None:
+            raise AnsibleConnectionFailure(failure_message(what, self.target, cause))
+
+    def exec_command(self, cmd: str, in_data: bytes | None = None, sudoable: bool = True) -> tuple[int, bytes, bytes]:
+        """Run ``cmd`` with /bin/sh in the container; ``in_data`` (pipelining) goes to stdin."""
+        super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
+        if sudoable and self.become and self.become.expect_prompt():
+            raise AnsibleError(
+                failure_message("Cannot escalate privileges in", self.target, "become with a password needs a terminal, which this connection never allocates")
+            )
+        stdin: _Stream = subprocess.DEVNULL if in_data is None else subprocess.PIPE
+        rc, out, err = self._run(shell_command(to_text(cmd, errors="surrogate_or_strict")), stdin, subprocess.PIPE, in_data)
+        self._raise_if_not_run("Cannot run a command in", rc, err)
+        return rc, out, err
+
+    def put_file(self, in_path: str, out_path: str) -> None:
+        """Stream ``in_path`` on the controller to ``out_path`` in the container."""
+        super().put_file(in_path, out_path)
+        display.vvv(f"PUT {in_path} TO {out_path}", host=self._play_context.remote_addr)
+        what = f"Cannot copy {in_path} to {out_path} in"
+        try:
+            src = open(to_bytes(in_path, errors="surrogate_or_strict"), "rb")  # pylint: disable=consider-using-with
+        except FileNotFoundError as exc:
+            raise AnsibleFileNotFound(f"{what} {self.target.describe()}: the local file does not exist") from exc
+        except OSError as exc:
+            raise AnsibleError(f"{what} {self.target.describe()}: cannot read the local file: {exc}") from exc
+        with src:
+            rc, dummy, err = self._run(put_command(out_path), src, subprocess.DEVNULL)
+        self._raise_if_not_run(what, rc, err)
+        if rc != 0:
+            raise AnsibleError(failure_message(what, self.target, command_failure_cause("sh -c 'cat > \"$1\"'", rc, err)))
+
+    def fetch_file(self, in_path: str, out_path: str) -> None:
+        """Stream ``in_path`` in the container to ``out_path`` on the controller (replaced only on success)."""
+        super().fetch_file(in_path, out_path)
+        display.vvv(f"FETCH {in_path} TO {out_path}", host=self._play_context.remote_addr)
+        what = f"Cannot fetch {in_path} to {out_path} from"
+        b_out = to_bytes(out_path, errors="surrogate_or_strict")
+        try:
+            fd, b_tmp = tempfile.mkstemp(dir=os.path.dirname(b_out) or b".", prefix=b".pct-fetch-")
+        except OSError as exc:
+            raise AnsibleError(f"{what} {self.target.describe()}: cannot create a file next to {out_path}: {exc}") from exc
+        try:
+            with os.fdopen(fd, "wb") as dest:
+                rc, dummy, err = self._run(fetch_command(in_path), subprocess.DEVNULL, dest)
+            self._raise_if_not_run(what, rc, err)
+            if rc != 0:
+                raise AnsibleError(failure_message(what, self.target, command_failure_cause("cat", rc, err)))
+            _set_default_mode(b_tmp)
+            os.replace(b_tmp, b_out)
+        except BaseException:
+            _unlink_quietly(b_tmp)
+            raise
+
+    def reset(self) -> None:
+        """Nothing persistent to reset."""
+
+    def close(self) -> None:
+        """Nothing to close: every command is its own process."""
+        self._connected = False
+
+
+def _set_default_mode(b_path: bytes) -> None:
+    """Give a fetched file the mode a plain open() would (0666 minus the umask), not mkstemp's 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(b_path, 0o666 & ~umask)
+
+
+def _unlink_quietly(b_path: bytes) -> None:
+    """Remove a partial file, ignoring a missing one."""
+    try:
+        os.unlink(b_path)
+    except OSError:
+        pass

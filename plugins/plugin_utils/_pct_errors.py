@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Recognise failures of ``pct`` / ``lxc-attach`` / ``ssh`` (as opposed to failures of the command).
+
+Controller-only helpers of the ``trainops.pct_launch.pct`` connection plugin. ``diagnose`` looks at
+the exit status and stderr of one ``pct exec`` run and returns a cause when the command never ran in
+the container; messages read ``<what failed> <object>: <cause>`` (see ``failure_message``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
+    CLEAN_PATH,
+    PctTarget,
+)
+
+# pct (Perl die): unknown CT on this node / CT not running; the exit status is not fixed.
+_NOT_EXIST = re.compile(r"Configuration file 'nodes/[^'/]*/lxc/(\d+)\.conf' does not exist")
+_NOT_RUNNING = re.compile(r"container '(\d+)' not running!?")
+# lxc-attach: exec of the command failed (exit 126: cannot execute, 127: not found).
+_EXEC_FAILED = re.compile(r'Failed to exec "([^"]*)"')
+# lxc-attach on a stopped container (exit 1).
+_NO_INIT_PID = "Failed to get init pid"
+# GNU env on a remote node could not run pct (exit 127 not found, 126 not executable).
+_ENV_FAILED = re.compile(r"^env: .*(No such file or directory|Permission denied)", re.MULTILINE)
+_MAX_DETAIL = 400
+
+
+def _detail(text: str) -> str:
+    """The last non-empty stderr lines, shortened for a message."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    detail = " | ".join(lines[-3:])
+    if len(detail) > _MAX_DETAIL:
+        detail = "..." + detail[-_MAX_DETAIL:]
+    return detail
+
+
+def _matches_vmid(pattern: re.Pattern[str], text: str, vmid: int) -> str | None:
+    """The matching line when ``pattern`` names this ``vmid``."""
+    for match in pattern.finditer(text):
+        if int(match.group(1)) == vmid:
+            return match.group(0)
+    return None
+
+
+def _pct_cause(target: PctTarget, rc: int, text: str) -> str | None:
+    """Causes reported by pct itself or by lxc-attach."""
+    if line := _matches_vmid(_NOT_EXIST, text, target.vmid):
+        return f"the container does not exist on {target.describe_node()} (pct: {line})"
+    if line := _matches_vmid(_NOT_RUNNING, text, target.vmid):
+        return f"the container is not running; start it with 'pct start {target.vmid}' (pct: {line})"
+    if rc == 1 and _NO_INIT_PID in text:
+        return f"the container is not running; start it with 'pct start {target.vmid}' (lxc-attach: {_NO_INIT_PID})"
+    if rc in (126, 127) and (match := _EXEC_FAILED.search(text)):
+        program = match.group(1)
+        verb = "is not executable" if rc == 126 else "was not found"
+        return f"{program} {verb} inside the container (exit status {rc}); the container needs a POSIX sh and cat"
+    return None
+
+
+def _transport_cause(target: PctTarget, rc: int, text: str) -> str | None:
+    """Causes reported by ssh or by env on a remote node."""
+    if not target.is_remote:
+        return None
+    if rc == 255:
+        return f"ssh could not run pct on {target.describe_node()} (exit status 255): {_detail(text) or 'no error message'}"
+    if rc in (126, 127) and _ENV_FAILED.search(text):
+        return pct_not_found_cause(target, _detail(text))
+    return None
+
+
+def diagnose(target: PctTarget, rc: int, stderr: bytes) -> str | None:
+    """Return why the command did not run in the container, or None when it ran (whatever its exit status)."""
+    if rc == 0:
+        return None
+    text = stderr.decode("utf-8", "replace")
+    return _pct_cause(target, rc, text) or _transport_cause(target, rc, text)
+
+
+def pct_not_found_cause(target: PctTarget, detail: str = "") -> str:
+    """Cause text for a missing ``pct`` on the node."""
+    where = f"in PATH {CLEAN_PATH}" if "/" not in target.pct_path else "at that path"
+    extra = f" ({detail})" if detail else ""
+    return f"{target.pct_path} was not found {where} on {target.describe_node()}{extra}; not a Proxmox node? set pct_path"
+
+
+def failure_message(what: str, target: PctTarget, cause: str) -> str:
+    """``<what failed> <object>: <cause>``, e.g. ``Cannot run a command in container 201: ...``."""
+    return f"{what} {target.describe()}: {cause}"
+
+
+def command_failure_cause(program: str, rc: int, stderr: bytes) -> str:
+    """Cause text for a command that ran in the container and failed (put_file / fetch_file)."""
+    detail = _detail(stderr.decode("utf-8", "replace"))
+    return f"{program} exited with status {rc}" + (f": {detail}" if detail else "")

@@ -1,0 +1,303 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""The trainops.pct_launch.pct connection plugin against real containers behind ``pct``.
+
+Needs ``pct`` on this machine: a Proxmox VE node, or the stand-in (tools/pve_standin/setup.sh),
+with container 200 running. Container 201 is created (``pct create 201 --release bookworm``,
+stand-in syntax) and kept stopped when it does not exist yet; it is destroyed at the end only
+when this module created it. VMID 999999999 must not exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.errors import AnsibleConnectionFailure
+from ansible.playbook.play_context import PlayContext
+from ansible.plugins.loader import connection_loader
+
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CLEAN_PATH
+
+PCT = shutil.which("pct", path=CLEAN_PATH)
+INVENTORY = Path(__file__).resolve().parent / "inventory_connection.yml"
+RUNNING, STOPPED, MISSING = 200, 201, 999_999_999
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(PCT is None, reason=f"pct not found in {CLEAN_PATH}: not a Proxmox node (run tools/pve_standin/setup.sh)"),
+]
+
+
+def pct(*args: object, data: bytes = b"", check: bool = False) -> subprocess.CompletedProcess[bytes]:
+    """Run pct directly (not through the plugin), stdin a pipe."""
+    assert PCT is not None
+    return subprocess.run([PCT, *map(str, args)], input=data, capture_output=True, timeout=300, check=check)
+
+
+def ct_sh(script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    """Run a sh script in the running container, directly with pct."""
+    return pct("exec", RUNNING, "--", "sh", "-c", script, "sh", *args, check=check)
+
+
+def ansible(pattern: str, module: str, args: str | None = None, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the ``ansible`` ad-hoc CLI on the test inventory; returns its output as text."""
+    program = Path(sys.executable).with_name("ansible")
+    argv = [str(program) if program.exists() else "ansible", pattern, "-i", str(INVENTORY), "-m", module, *extra]
+    if args is not None:
+        argv += ["-a", args]
+    full_env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="0", **(env or {}))
+    full_env.pop("ANSIBLE_CONFIG", None)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, env=full_env, check=False, cwd=Path(__file__).parent)
+
+
+def pipelining(enabled: bool) -> list[str]:
+    return ["-e", f"ansible_pipelining={'true' if enabled else 'false'}"]
+
+
+@pytest.fixture(scope="module")
+def running() -> int:
+    status = pct("status", RUNNING)
+    if status.stdout.strip() != b"status: running":
+        pytest.fail(f"container {RUNNING} must be running (tools/pve_standin/setup.sh): {status.stdout!r} {status.stderr!r}")
+    return RUNNING
+
+
+@pytest.fixture(scope="module")
+def stopped() -> Iterator[int]:
+    """Container 201, created stopped unless it exists; never stopped when someone else runs it."""
+    created = False
+    if pct("config", STOPPED).returncode != 0:
+        pct("create", STOPPED, "--release", "bookworm", check=True)
+        created = True
+    status = pct("status", STOPPED).stdout.strip()
+    if status == b"status: running":
+        if not created:
+            pytest.fail(f"container {STOPPED} exists and is running: stop it (pct stop {STOPPED}) or destroy it")
+        pct("stop", STOPPED, check=True)
+    yield STOPPED
+    if created:
+        pct("destroy", STOPPED, "--force", "1")
+
+
+@pytest.fixture()
+def workdir(running: int) -> Iterator[str]:
+    """A fresh directory in the running container, removed afterwards."""
+    path = f"/tmp/trainops-it-{uuid.uuid4().hex}"
+    ct_sh('mkdir -p -- "$1"', path)
+    yield path
+    ct_sh('rm -rf -- "$1"', path, check=False)
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["no-pipelining", "pipelining"])
+def test_ping(running: int, enabled: bool) -> None:
+    result = ansible("pct_running", "ping", None, "-vvv", *pipelining(enabled))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '"ping": "pong"' in result.stdout
+    assert "ESTABLISH PCT CONNECTION TO container 200" in result.stdout
+    puts = re.findall(r"^<ct200> PUT .* TO .*AnsiballZ_ping\.py$", result.stdout, re.MULTILINE)
+    assert (len(puts) == 0) if enabled else (len(puts) == 1), result.stdout
+
+
+def _blob(path: Path) -> bytes:
+    data = bytes(range(256)) * 4096 + os.urandom(3 * 1024 * 1024 + 123) + bytes(reversed(range(256)))
+    path.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["no-pipelining", "pipelining"])
+def test_copy_and_fetch_binary(tmp_path: Path, workdir: str, enabled: bool) -> None:
+    data = _blob(tmp_path / "blob.bin")
+    dest = f"{workdir}/blob.bin"
+    result = ansible("pct_running", "copy", f"src={tmp_path / 'blob.bin'} dest={dest} mode=0600", *pipelining(enabled))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f'"checksum": "{hashlib.sha1(data).hexdigest()}"' in result.stdout
+    inside = ct_sh('sha256sum < "$1"', dest).stdout.split()[0].decode()
+    assert inside == hashlib.sha256(data).hexdigest()
+    result = ansible("pct_running", "fetch", f"src={dest} dest={tmp_path / 'back.bin'} flat=true", *pipelining(enabled))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "back.bin").read_bytes() == data
+
+
+def test_environment_no_leak_no_tty(running: int) -> None:
+    result = ansible("pct_running", "raw", "env; for fd in 0 1 2; do test -t $fd && echo TTY$fd; done; pwd; id -u",
+                     env={"TRAINOPS_LEAK_CANARY": "leaked", "LANGUAGE": "xx_LEAK"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "TRAINOPS_LEAK_CANARY" not in out and "xx_LEAK" not in out and "ANSIBLE_" not in out
+    for line in ("LANG=C.UTF-8", "HOME=/root", "USER=root", "LOGNAME=root", "PATH=/sbin:/bin:/usr/sbin:/usr/bin"):
+        assert line in out.splitlines(), out
+    assert "TTY" not in out
+    assert "\n/\n" in out and "\n0\n" in out
+
+
+def test_background_job_of_raw_survives(workdir: str) -> None:
+    """No pty: a nohup'ed job behind a && list keeps running, and the task does not wait for it."""
+    script = f"cd {workdir} && true && nohup sh -c 'echo $$ > job.pid; exec sleep 120' > job.log 2>&1 &"
+    started = time.monotonic()
+    result = ansible("pct_running", "raw", script)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert time.monotonic() - started < 60
+    time.sleep(1)
+    alive = ct_sh('test -e "$1/job.log" && kill -0 "$(cat "$1/job.pid")" && kill "$(cat "$1/job.pid")"', workdir, check=False)
+    assert alive.returncode == 0, alive.stderr
+
+
+def _connection(vmid: int) -> Any:
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options={"pct_vmid": vmid})
+    return conn
+
+
+# No "/" (a file name): the injections would create pwned-ID in the working directory (/).
+HOSTILE = "it's \"q\" $(touch pwned-{id}) `touch pwned-{id}` \n ünï ✓ -x --"
+
+
+def test_hostile_names_byte_exact(tmp_path: Path, workdir: str) -> None:
+    marker = uuid.uuid4().hex
+    name = HOSTILE.format(id=marker)
+    data = _blob(tmp_path / "src")
+    conn = _connection(RUNNING)
+    dest = f"{workdir}/{name}"
+    conn.put_file(str(tmp_path / "src"), dest)
+    listing = ct_sh('cd "$1" && for f in *; do printf "%s\\0" "$f"; done', workdir).stdout
+    assert listing == name.encode() + b"\0"
+    assert ct_sh('sha256sum < "$1"', dest).stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
+    conn.fetch_file(dest, str(tmp_path / "back"))
+    assert (tmp_path / "back").read_bytes() == data
+    rc, out, dummy = conn.exec_command("printf %s " + "'" + name.replace("'", "'\\''") + "'")
+    assert (rc, out) == (0, name.encode())
+    assert ct_sh(f"test ! -e /pwned-{marker} && test ! -e {workdir}/pwned-{marker}", check=False).returncode == 0
+
+
+def test_transfer_errors_name_container_and_path(tmp_path: Path, workdir: str) -> None:
+    conn = _connection(RUNNING)
+    (tmp_path / "src").write_bytes(b"x")
+    with pytest.raises(Exception, match=rf"^Cannot copy .* to {workdir}/no/dir/f in container 200: sh -c .* exited with status"):
+        conn.put_file(str(tmp_path / "src"), f"{workdir}/no/dir/f")
+    with pytest.raises(Exception, match=rf"^Cannot fetch {workdir}/nope to .* from container 200: cat exited with status 1: cat: .*No such file"):
+        conn.fetch_file(f"{workdir}/nope", str(tmp_path / "nope"))
+    assert not (tmp_path / "nope").exists()
+
+
+def test_stopped_container(stopped: int, tmp_path: Path) -> None:
+    result = ansible("pct_stopped", "ping")
+    assert result.returncode != 0
+    assert "UNREACHABLE" in result.stdout
+    assert f"Cannot run a command in container {stopped}: the container is not running; start it with 'pct start {stopped}'" in result.stdout
+    (tmp_path / "f").write_bytes(b"x")
+    with pytest.raises(AnsibleConnectionFailure, match=rf"^Cannot copy .* in container {stopped}: the container is not running"):
+        _connection(stopped).put_file(str(tmp_path / "f"), "/tmp/f")
+
+
+def test_missing_container(running: int) -> None:
+    assert pct("config", MISSING).returncode != 0, f"VMID {MISSING} must not exist for this test"
+    result = ansible("pct_missing", "ping")
+    assert result.returncode != 0
+    assert "UNREACHABLE" in result.stdout
+    assert f"Cannot run a command in container {MISSING}: the container does not exist on the local node" in result.stdout
+    assert f"lxc/{MISSING}.conf' does not exist" in result.stdout
+
+
+def test_misconfigured_vmid(running: int) -> None:
+    result = ansible("pct_misconfigured", "ping")
+    assert result.returncode != 0
+    assert "ct_no_vmid" in result.stdout and "Missing container id: set the host variable pct_vmid" in result.stdout
+    assert "Invalid container id 99: pct_vmid must be an integer from 100 to 999999999" in result.stdout
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"sshd exited: {log.read_text(encoding='utf-8', errors='replace')}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail("sshd did not listen on 127.0.0.1")
+
+
+@pytest.fixture(scope="module")
+def loopback_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """This machine as a remote node: an sshd of our own on 127.0.0.1 with a throw-away key."""
+    sshd, keygen = shutil.which("sshd", path=CLEAN_PATH), shutil.which("ssh-keygen")
+    if sshd is None or keygen is None or shutil.which("ssh") is None:
+        pytest.skip("needs the OpenSSH server and client (sshd, ssh, ssh-keygen) for a loopback node")
+    home = tmp_path_factory.mktemp("sshnode")
+    for name in ("hostkey", "clientkey"):
+        subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(home / name)], check=True)
+    shutil.copy(home / "clientkey.pub", home / "authorized_keys")
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    port = _free_port()
+    options = [f"ListenAddress=127.0.0.1:{port}", f"HostKey={home / 'hostkey'}", f"AuthorizedKeysFile={home / 'authorized_keys'}",
+               "StrictModes=no", "PermitRootLogin=prohibit-password", "PasswordAuthentication=no", "UsePAM=no",
+               f"PidFile={home / 'sshd.pid'}"]
+    log = home / "sshd.log"
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen([sshd, "-D", "-e", "-f", "/dev/null", *(arg for opt in options for arg in ("-o", opt))],
+                                stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file)
+    try:
+        _wait_listening(port, proc, log)
+        ssh_args = (f"-p {port} -i {home / 'clientkey'} -o UserKnownHostsFile={home / 'known_hosts'}"
+                    " -o StrictHostKeyChecking=accept-new -o LogLevel=ERROR")
+        yield {"pct_node": "127.0.0.1", "pct_node_user": "root", "pct_ssh_args": ssh_args}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _extra_vars(host_vars: dict[str, Any]) -> list[str]:
+    return ["-e", json.dumps(host_vars)]
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["no-pipelining", "pipelining"])
+def test_remote_node_over_ssh(loopback_node: dict[str, Any], tmp_path: Path, workdir: str, enabled: bool) -> None:
+    """The same container, reached as if the node were remote (ssh to 127.0.0.1)."""
+    data = _blob(tmp_path / "blob.bin")
+    extra = [*_extra_vars(loopback_node), *pipelining(enabled)]
+    result = ansible("pct_running", "copy", f"src={tmp_path / 'blob.bin'} dest={workdir}/blob.bin", *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ct_sh('sha256sum < "$1"', f"{workdir}/blob.bin").stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
+    result = ansible("pct_running", "fetch", f"src={workdir}/blob.bin dest={tmp_path / 'back.bin'} flat=true", *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "back.bin").read_bytes() == data
+    result = ansible("pct_running", "raw", "env; pwd; for fd in 0 1 2; do test -t $fd && echo TTY$fd; done; true", *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "LANG=C.UTF-8" in lines and "HOME=/root" in lines and "/" in lines
+    assert "TTY" not in result.stdout and "SSH_CONNECTION" not in result.stdout
+
+
+def test_remote_node_errors(loopback_node: dict[str, Any]) -> None:
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options={"pct_vmid": MISSING, **loopback_node})
+    with pytest.raises(AnsibleConnectionFailure, match=rf"^Cannot run a command in container {MISSING} on node 127.0.0.1: the container does not exist"):
+        conn.exec_command("true")
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options={"pct_vmid": RUNNING, **loopback_node, "pct_path": "pct-not-here"})
+    with pytest.raises(AnsibleConnectionFailure, match=r"pct-not-here was not found in PATH .* on node 127.0.0.1 .*set pct_path"):
+        conn.exec_command("true")
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options={"pct_vmid": RUNNING, **loopback_node, "pct_ssh_args": f"-p {_free_port()} -o LogLevel=ERROR"})
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot run a command in container 200 on node 127.0.0.1: ssh could not run pct .*refused"):
+        conn.exec_command("true")

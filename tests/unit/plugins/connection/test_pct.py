@@ -1,0 +1,343 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""Unit tests for the trainops.pct_launch.pct connection plugin, against a fake ``pct`` (and ``ssh``).
+
+The fake ``pct`` records its argv, environment, working directory and standard streams, then
+(by default) runs the command after ``--`` on this machine, standing in for the container.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound
+from ansible.playbook.play_context import PlayContext
+from ansible.plugins.loader import become_loader, connection_loader
+
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CLEAN_PATH
+
+HOSTILE_NAMES = [
+    "it's here",
+    'say "hi"',
+    "$(touch pwned)",
+    "`touch pwned`",
+    "new\nline",
+    "-dash",
+    "--",
+    "ünïcödé ✓",
+    "\udcff raw",
+]
+
+FAKE_PCT = """#!{python}
+import json, os, sys
+state = {state!r}
+mode_file = os.path.join(state, "mode")
+mode = open(mode_file).read().strip() if os.path.exists(mode_file) else "run"
+with open(os.path.join(state, "argv.bin"), "wb") as out:
+    out.write(b"".join(os.fsencode(a) + b"\\0" for a in sys.argv))
+fds = {{}}
+for fd in (0, 1, 2):
+    fds[fd] = {{"tty": os.isatty(fd), "target": os.readlink("/proc/self/fd/%d" % fd)}}
+with open(os.path.join(state, "call.json"), "w") as out:
+    json.dump({{"env": dict(os.environ), "cwd": os.getcwd(), "fds": fds}}, out)
+vmid = sys.argv[2]
+if mode == "missing":
+    sys.stderr.write("Configuration file 'nodes/testnode/lxc/%s.conf' does not exist\\n" % vmid)
+    sys.exit(2)
+if mode == "stopped":
+    sys.stderr.write("container '%s' not running!\\n" % vmid)
+    sys.exit(2)
+if mode == "nosh":
+    sys.stderr.write('lxc-attach: %s: attach.c: lxc_attach_run_command: 1841 No such file or directory - Failed to exec "/bin/sh"\\n' % vmid)
+    sys.exit(127)
+command = sys.argv[sys.argv.index("--") + 1:]
+os.execv(command[0] if "/" in command[0] else "/bin/" + command[0], command)
+"""
+
+FAKE_SSH = """#!{python}
+import os, sys
+state = {state!r}
+with open(os.path.join(state, "ssh_argv.bin"), "wb") as out:
+    out.write(b"".join(os.fsencode(a) + b"\\0" for a in sys.argv))
+if os.path.exists(os.path.join(state, "ssh_down")):
+    sys.stderr.write("ssh: connect to host pve1 port 22: Connection refused\\r\\n")
+    sys.exit(255)
+line = " ".join(sys.argv[sys.argv.index("--") + 1:])
+os.execv("/bin/sh", ["sh", "-c", line])
+"""
+
+
+class Fake:
+    """A fake pct (and ssh) with its recorded state in one directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.state = root / "state"
+        self.state.mkdir()
+        self.pct = self._write(root / "bin" / "pct", FAKE_PCT)
+        self.ssh = self._write(root / "bin" / "ssh", FAKE_SSH)
+
+    def _write(self, path: Path, template: str) -> Path:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(template.format(python=sys.executable, state=str(self.state)), encoding="utf-8")
+        path.chmod(0o755)
+        return path
+
+    def mode(self, mode: str) -> None:
+        (self.state / "mode").write_text(mode, encoding="utf-8")
+
+    def argv(self, name: str = "argv.bin") -> list[bytes]:
+        return (self.state / name).read_bytes().split(b"\0")[:-1]
+
+    def call(self) -> dict[str, Any]:
+        return json.loads((self.state / "call.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture()
+def fake(tmp_path: Path) -> Fake:
+    return Fake(tmp_path)
+
+
+def connect(**host_vars: Any) -> Any:
+    """A connection plugin instance with these host variables, as the task executor makes it."""
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options=host_vars)
+    return conn
+
+
+@pytest.fixture()
+def local(fake: Fake) -> Any:
+    return connect(pct_vmid=200, pct_path=str(fake.pct))
+
+
+@pytest.fixture()
+def remote(fake: Fake) -> Any:
+    return connect(pct_vmid=200, pct_path=str(fake.pct), pct_node="pve1", pct_node_user="root", pct_ssh_executable=str(fake.ssh))
+
+
+def test_plugin_flags(local: Any) -> None:
+    assert local.has_pipelining is True
+    assert local.has_tty is False
+    assert local.transport == "trainops.pct_launch.pct"
+
+
+def test_exec_command_argv_env_cwd_and_no_tty(local: Any, fake: Fake) -> None:
+    rc, out, err = local.exec_command("echo out; echo err >&2; exit 3")
+    assert (rc, out, err) == (3, b"out\n", b"err\n")
+    assert fake.argv() == [os.fsencode(str(fake.pct)), b"exec", b"200", b"--", b"/bin/sh", b"-c", b"echo out; echo err >&2; exit 3"]
+    call = fake.call()
+    home = os.path.expanduser("~")
+    user = call["env"]["USER"]
+    assert call["env"] == {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "HOME": home, "LOGNAME": user, "USER": user}
+    assert call["cwd"] == "/"
+    assert call["fds"]["0"] == {"tty": False, "target": "/dev/null"}
+    assert not call["fds"]["1"]["tty"] and not call["fds"]["2"]["tty"]
+
+
+def test_exec_command_does_not_leak_controller_environment(local: Any, fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINOPS_SECRET_CANARY", "leaked")
+    local.exec_command("true")
+    assert "TRAINOPS_SECRET_CANARY" not in fake.call()["env"]
+
+
+def test_pipelining_sends_in_data_on_a_pipe(local: Any, fake: Fake) -> None:
+    payload = bytes(range(256)) * 1000
+    rc, out, dummy = local.exec_command("cat", in_data=payload)
+    assert rc == 0 and out == payload
+    assert fake.call()["fds"]["0"]["target"].startswith("pipe:")
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_exec_command_passes_hostile_text_byte_exact(local: Any, fake: Fake, tmp_path: Path, name: str) -> None:
+    cmd = "printf '%s' " + "'" + name.replace("'", "'\\''") + "'"
+    rc, out, dummy = local.exec_command(cmd)
+    assert rc == 0 and out == os.fsencode(name)
+    assert fake.argv()[-1] == os.fsencode(cmd)
+    assert not (tmp_path / "pwned").exists() and not Path("/pwned").exists()
+
+
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("missing", r"^Cannot run a command in container 200: the container does not exist on the local node \(pct: Configuration file"),
+        ("stopped", r"^Cannot run a command in container 200: the container is not running; start it with 'pct start 200'"),
+        ("nosh", r"^Cannot run a command in container 200: /bin/sh was not found inside the container"),
+    ],
+)
+def test_exec_command_pct_failures(local: Any, fake: Fake, mode: str, expected: str) -> None:
+    fake.mode(mode)
+    with pytest.raises(AnsibleConnectionFailure, match=expected):
+        local.exec_command("true")
+
+
+def test_pct_not_found(tmp_path: Path) -> None:
+    conn = connect(pct_vmid=200, pct_path=str(tmp_path / "nope" / "pct"))
+    with pytest.raises(AnsibleConnectionFailure, match=r"container 200: .*/nope/pct was not found .*not a Proxmox node\? set pct_path"):
+        conn.exec_command("true")
+    conn = connect(pct_vmid=200, pct_path="pct-does-not-exist")
+    with pytest.raises(AnsibleConnectionFailure, match=r"pct-does-not-exist was not found in PATH /usr/local/sbin:"):
+        conn.exec_command("true")
+
+
+@pytest.mark.parametrize("host_vars, expected", [({}, "Missing container id"), ({"pct_vmid": 42}, "Invalid container id 42")])
+def test_vmid_errors_name_the_variable(fake: Fake, host_vars: dict[str, Any], expected: str) -> None:
+    conn = connect(pct_path=str(fake.pct), **host_vars)
+    with pytest.raises(AnsibleError, match=f"{expected}.*pct_vmid"):
+        conn.exec_command("true")
+
+
+def test_become_with_password_is_refused(local: Any) -> None:
+    become = become_loader.get("su")
+    become.set_options(direct={"become_pass": "secret"})
+    become.build_become_command("true", local._shell)  # pylint: disable=protected-access
+    local.set_become_plugin(become)
+    with pytest.raises(AnsibleError, match=r"^Cannot escalate privileges in container 200: .*needs a terminal"):
+        local.exec_command("true", sudoable=True)
+
+
+def _payload(path: Path, size: int) -> bytes:
+    data = (bytes(range(256)) * (size // 256 + 1))[:size]
+    path.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("size", [0, 1, 256, 3 * 1024 * 1024 + 7])
+def test_put_file_binary_exact(local: Any, fake: Fake, tmp_path: Path, size: int) -> None:
+    data = _payload(tmp_path / "src", size)
+    dest = tmp_path / "dest"
+    local.put_file(str(tmp_path / "src"), str(dest))
+    assert dest.read_bytes() == data
+    assert fake.argv()[1:] == [b"exec", b"200", b"--", b"/bin/sh", b"-c", b'cat > "$1"', b"sh", os.fsencode(str(dest))]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_put_and_fetch_hostile_names(local: Any, tmp_path: Path, name: str) -> None:
+    data = _payload(tmp_path / "src", 1000)
+    monkey = tmp_path / "ct"
+    monkey.mkdir()
+    dest = str(monkey / name)
+    local.put_file(str(tmp_path / "src"), dest)
+    assert os.listdir(os.fsencode(str(monkey))) == [os.fsencode(name)]
+    back = tmp_path / "back"
+    local.fetch_file(dest, str(back))
+    assert back.read_bytes() == data
+    assert not (tmp_path / "pwned").exists() and not Path("/pwned").exists()
+
+
+def test_fetch_file_leading_dash(local: Any, fake: Fake, tmp_path: Path) -> None:
+    with pytest.raises(AnsibleError, match=r"^Cannot fetch -n to .* from container 200: cat exited with status 1: cat: -n: No such file"):
+        local.fetch_file("-n", str(tmp_path / "x"))
+    assert fake.argv()[-3:] == [b"cat", b"--", b"-n"]
+    assert fake.call()["cwd"] == "/"
+
+
+def test_transfers_stream_without_holding_the_file(local: Any, tmp_path: Path) -> None:
+    size = 16 * 1024 * 1024
+    _payload(tmp_path / "src", size)
+    tracemalloc.start()
+    try:
+        local.put_file(str(tmp_path / "src"), str(tmp_path / "dest"))
+        local.fetch_file(str(tmp_path / "dest"), str(tmp_path / "back"))
+        dummy, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024
+    digest = hashlib.sha256((tmp_path / "src").read_bytes()).hexdigest()
+    assert hashlib.sha256((tmp_path / "back").read_bytes()).hexdigest() == digest
+
+
+def test_put_file_failures(local: Any, fake: Fake, tmp_path: Path) -> None:
+    _payload(tmp_path / "src", 10)
+    with pytest.raises(AnsibleFileNotFound, match=r"^Cannot copy .*/missing to /x in container 200: the local file does not exist"):
+        local.put_file(str(tmp_path / "missing"), "/x")
+    dest = str(tmp_path / "no" / "dir")
+    with pytest.raises(AnsibleError, match=r"^Cannot copy .*/src to .*/no/dir in container 200: sh -c 'cat > \"\$1\"' exited with status [12]: .*"):
+        local.put_file(str(tmp_path / "src"), dest)
+    fake.mode("stopped")
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot copy .* in container 200: the container is not running"):
+        local.put_file(str(tmp_path / "src"), "/x")
+
+
+def test_fetch_file_failure_keeps_old_file(local: Any, fake: Fake, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.write_bytes(b"previous")
+    with pytest.raises(AnsibleError, match=r"^Cannot fetch /no/such/file to .*/out from container 200: cat exited with status 1"):
+        local.fetch_file("/no/such/file", str(out))
+    fake.mode("missing")
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot fetch /etc/hostname to .* from container 200: the container does not exist"):
+        local.fetch_file("/etc/hostname", str(out))
+    assert out.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "out", "state"]
+
+
+def test_fetch_file_mode_follows_umask(local: Any, tmp_path: Path) -> None:
+    (tmp_path / "src").write_bytes(b"x")
+    old = os.umask(0o027)
+    try:
+        local.fetch_file(str(tmp_path / "src"), str(tmp_path / "dest"))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "dest").stat().st_mode & 0o777 == 0o640
+
+
+def test_remote_exec_goes_through_ssh_with_clean_env(remote: Any, fake: Fake) -> None:
+    rc, out, dummy = remote.exec_command("printf %s \"$LANG\"", in_data=b"")
+    assert (rc, out) == (0, b"C.UTF-8")
+    ssh = fake.argv("ssh_argv.bin")
+    assert ssh[:10] == [os.fsencode(str(fake.ssh)), b"-T", b"-o", b"BatchMode=yes", b"-o", b"ConnectTimeout=10", b"-l", b"root", b"pve1", b"--"]
+    assert len(ssh) == 11
+    assert fake.argv()[1:] == [b"exec", b"200", b"--", b"/bin/sh", b"-c", b"printf %s \"$LANG\""]
+    call = fake.call()
+    assert call["env"] == {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "HOME": "/root", "LOGNAME": "root", "USER": "root"}
+    assert call["cwd"] == "/"
+    assert call["fds"]["0"]["target"].startswith("pipe:")
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_remote_hostile_text_byte_exact(remote: Any, fake: Fake, tmp_path: Path, name: str) -> None:
+    cmd = "printf '%s' " + "'" + name.replace("'", "'\\''") + "'"
+    rc, out, dummy = remote.exec_command(cmd)
+    assert (rc, out) == (0, os.fsencode(name))
+    assert fake.argv()[-1] == os.fsencode(cmd)
+    data = _payload(tmp_path / "src", 70000)
+    (tmp_path / "ct").mkdir()
+    dest = str(tmp_path / "ct" / name)
+    remote.put_file(str(tmp_path / "src"), dest)
+    remote.fetch_file(dest, str(tmp_path / "back"))
+    assert (tmp_path / "back").read_bytes() == data
+    assert not (tmp_path / "pwned").exists() and not Path("/pwned").exists()
+
+
+def test_remote_failures(remote: Any, fake: Fake) -> None:
+    fake.mode("stopped")
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot run a command in container 200 on node pve1: the container is not running"):
+        remote.exec_command("true")
+    (fake.state / "ssh_down").touch()
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot run a command in container 200 on node pve1: ssh could not run pct on node pve1 "):
+        remote.exec_command("true")
+
+
+def test_remote_pct_missing(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, pct_node="pve1", pct_ssh_executable=str(fake.ssh), pct_path="/nonexistent/pct")
+    with pytest.raises(AnsibleConnectionFailure, match=r"container 200 on node pve1: /nonexistent/pct was not found .*set pct_path"):
+        conn.exec_command("true")
+
+
+def test_ssh_args_and_timeout_options(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, pct_node="pve1", pct_ssh_executable=str(fake.ssh), pct_path=str(fake.pct),
+                   pct_ssh_args="-o 'UserKnownHostsFile=/k h' -p 2222", pct_timeout=3)
+    conn.exec_command("true")
+    ssh = fake.argv("ssh_argv.bin")
+    assert ssh[1:11] == [b"-T", b"-o", b"BatchMode=yes", b"-o", b"ConnectTimeout=3", b"-o", b"UserKnownHostsFile=/k h", b"-p", b"2222", b"pve1"]
+
+
+def test_invalid_node_is_rejected(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, pct_node="-oProxyCommand=touch /tmp/pwned", pct_ssh_executable=str(fake.ssh))
+    with pytest.raises(AnsibleError, match="pct_node"):
+        conn.exec_command("true")

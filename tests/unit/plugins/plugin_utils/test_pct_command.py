@@ -1,0 +1,212 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""Unit tests for the argv builders of the pct connection plugin."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
+    CLEAN_PATH,
+    PctOptionError,
+    PctTarget,
+    build_command,
+    clean_environment,
+    fetch_command,
+    parse_node,
+    parse_ssh_args,
+    parse_vmid,
+    pct_exec_argv,
+    printable,
+    put_command,
+    remote_command_line,
+    remote_environment,
+    resolve_local_pct,
+    shell_command,
+    ssh_argv,
+)
+
+HOSTILE = [
+    "it's",
+    'say "hi"',
+    "$(touch /tmp/pwned)",
+    "`touch /tmp/pwned`",
+    "line1\nline2",
+    "two  spaces ",
+    "-rf",
+    "--",
+    "--version",
+    "ünïcödé ✓ 日本",
+    "tab\there",
+    "back\\slash",
+    "semi;colon && or || pipe | amp &",
+    "glob * ? [a]",
+    "~root",
+    "#comment",
+    "",
+    "'",
+    '"',
+    "$HOME ${PATH}",
+    "\x01\x7f",
+]
+# Arguments can hold anything but NUL; lone surrogates stand for undecodable bytes.
+ARG_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
+ARGV = st.lists(ARG_TEXT, min_size=1, max_size=8)
+ENV = clean_environment("root", "/root")
+REMOTE = PctTarget(vmid=200, node="pve1", node_user="root", timeout=7)
+
+
+@pytest.mark.parametrize("value, expected", [(100, 100), (200, 200), (999_999_999, 999_999_999), ("201", 201), (" 300 ", 300)])
+def test_parse_vmid_accepts(value: object, expected: int) -> None:
+    assert parse_vmid(value) == expected
+
+
+@pytest.mark.parametrize("value", [99, 0, -200, 1_000_000_000, "abc", "20x", "-200", "1e3", "２００", True, 2.5, [200]])
+def test_parse_vmid_rejects_and_names_the_variable(value: object) -> None:
+    with pytest.raises(PctOptionError, match=r"pct_vmid must be an integer from 100 to 999999999"):
+        parse_vmid(value)
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_parse_vmid_missing_names_the_variable(value: object) -> None:
+    with pytest.raises(PctOptionError, match=r"^Missing container id: set the host variable pct_vmid"):
+        parse_vmid(value)
+
+
+def test_parse_node() -> None:
+    assert parse_node(None) is None
+    assert parse_node("") is None
+    assert parse_node("pve1.example.org") == "pve1.example.org"
+    for bad in ("-oProxyCommand=x", "pve 1", "pve\n1", 5):
+        with pytest.raises(PctOptionError, match="pct_node"):
+            parse_node(bad)
+
+
+def test_parse_ssh_args() -> None:
+    assert parse_ssh_args("") == ()
+    assert parse_ssh_args(None) == ()
+    assert parse_ssh_args("-p 2222 -i '/k ey'") == ("-p", "2222", "-i", "/k ey")
+    assert parse_ssh_args(["-p", "22"]) == ("-p", "22")
+    with pytest.raises(PctOptionError, match="pct_ssh_args"):
+        parse_ssh_args("-o 'unbalanced")
+    with pytest.raises(PctOptionError, match="pct_ssh_args"):
+        parse_ssh_args(5)
+
+
+def test_clean_environment_is_login_like() -> None:
+    assert clean_environment("alice", "/home/alice") == {
+        "PATH": CLEAN_PATH,
+        "LANG": "C.UTF-8",
+        "LOGNAME": "alice",
+        "USER": "alice",
+        "HOME": "/home/alice",
+    }
+    assert "HOME" not in clean_environment("nobody", None)
+    assert remote_environment(PctTarget(vmid=200, node="n"))["HOME"] == "/root"
+    assert "HOME" not in remote_environment(PctTarget(vmid=200, node="n", node_user="admin"))
+
+
+def test_in_container_commands() -> None:
+    assert shell_command("echo hi") == ["/bin/sh", "-c", "echo hi"]
+    assert put_command("-x y") == ["/bin/sh", "-c", 'cat > "$1"', "sh", "-x y"]
+    assert fetch_command("-x y") == ["cat", "--", "-x y"]
+
+
+def test_local_argv_is_plain_pct_exec() -> None:
+    target = PctTarget(vmid=200, pct_path="/usr/sbin/pct")
+    assert build_command(target, ["/bin/sh", "-c", "a b"], ENV) == ["/usr/sbin/pct", "exec", "200", "--", "/bin/sh", "-c", "a b"]
+    with pytest.raises(ValueError):
+        pct_exec_argv(target, [])
+
+
+def test_remote_argv_wraps_in_ssh_without_pty() -> None:
+    target = PctTarget(vmid=201, node="pve1", node_user="root", ssh_executable="/usr/bin/ssh", ssh_args=("-p", "2222"), timeout=7)
+    argv = build_command(target, ["cat", "--", "/x"], ENV)
+    line = remote_command_line(["pct", "exec", "201", "--", "cat", "--", "/x"], ENV)
+    assert argv == ["/usr/bin/ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "-l", "root", "-p", "2222", "pve1", "--", line]
+    assert "-t" not in argv and "-tt" not in argv
+    assert shlex.split(line) == [
+        "env", "-i", "-C", "/",
+        "HOME=/root", "LANG=C.UTF-8", "LOGNAME=root", "PATH=" + CLEAN_PATH, "USER=root",
+        "pct", "exec", "201", "--", "cat", "--", "/x",
+    ]
+
+
+def test_ssh_argv_without_user_and_local_target() -> None:
+    argv = ssh_argv(PctTarget(vmid=200, node="n"), "true")
+    assert argv == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "n", "--", "true"]
+    with pytest.raises(ValueError):
+        ssh_argv(PctTarget(vmid=200), "true")
+
+
+@given(ARGV)
+@settings(max_examples=300)
+def test_remote_line_round_trips_through_shlex(argv: list[str]) -> None:
+    line = remote_command_line(pct_exec_argv(REMOTE, argv), ENV)
+    assert shlex.split(line)[-len(argv):] == argv
+
+
+def _recorder(tmp_path: Path) -> tuple[Path, Path]:
+    """A program that writes its argv, NUL-terminated, as raw bytes."""
+    record = tmp_path / "argv.bin"
+    script = tmp_path / "record"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        f"with open({str(record)!r}, 'wb') as out:\n"
+        "    out.write(b''.join(os.fsencode(a) + b'\\0' for a in sys.argv[1:]))\n",
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+    return script, record
+
+
+def _through_posix_sh(tmp_path: Path, argv: list[str]) -> list[bytes]:
+    """Run the remote command line as sshd would (``sh -c LINE``); return what pct received."""
+    script, record = _recorder(tmp_path)
+    target = PctTarget(vmid=200, pct_path=str(script), node="pve1")
+    line = remote_command_line(pct_exec_argv(target, argv), remote_environment(target))
+    subprocess.run([b"/bin/sh", b"-c", os.fsencode(line)], check=True, env={}, cwd=tmp_path)
+    return record.read_bytes().split(b"\0")[:-1]
+
+
+def test_hostile_arguments_pass_posix_sh_byte_exact(tmp_path: Path) -> None:
+    argv = [*HOSTILE, "\udcff\udcfe raw bytes"]
+    received = _through_posix_sh(tmp_path, argv)
+    assert received == [b"exec", b"200", b"--", *(os.fsencode(a) for a in argv)]
+    assert not Path("/tmp/pwned").exists()
+
+
+@given(ARGV)
+@settings(max_examples=25)
+def test_any_arguments_pass_posix_sh_byte_exact(tmp_path_factory: pytest.TempPathFactory, argv: list[str]) -> None:
+    received = _through_posix_sh(tmp_path_factory.mktemp("sh"), argv)
+    assert received[3:] == [os.fsencode(a) for a in argv]
+
+
+def test_resolve_local_pct(tmp_path: Path) -> None:
+    assert resolve_local_pct("sh") in {"/usr/bin/sh", "/bin/sh"}
+    assert resolve_local_pct("no-such-pct-here") is None
+    program = tmp_path / "pct"
+    program.write_text("#!/bin/sh\n", encoding="utf-8")
+    assert resolve_local_pct(str(program)) is None
+    program.chmod(0o755)
+    assert resolve_local_pct(str(program)) == str(program)
+
+
+def test_printable_survives_undecodable_bytes() -> None:
+    assert printable(["pct", "exec", "a b", "\udcff"]) == "pct exec 'a b' '\ufffd'"
+
+
+def test_describe() -> None:
+    assert PctTarget(vmid=200).describe() == "container 200"
+    assert PctTarget(vmid=200, node="pve1").describe() == "container 200 on node pve1"
+    assert PctTarget(vmid=200).describe_node() == "the local node"

@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""Unit tests for recognising pct / lxc-attach / ssh failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import PctTarget
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import (
+    command_failure_cause,
+    diagnose,
+    failure_message,
+    pct_not_found_cause,
+)
+
+LOCAL = PctTarget(vmid=201)
+REMOTE = PctTarget(vmid=201, node="pve1")
+LXC_EXEC = b'lxc-attach: 201: ../src/lxc/attach.c: lxc_attach_run_command: 1841 No such file or directory - Failed to exec "/bin/sh"\n'
+
+
+@pytest.mark.parametrize("target", [LOCAL, REMOTE])
+@pytest.mark.parametrize(
+    "rc, stderr, expected",
+    [
+        (2, b"Configuration file 'nodes/pve1/lxc/201.conf' does not exist\n", "the container does not exist on"),
+        (255, b"Configuration file 'nodes/pve1/lxc/201.conf' does not exist\n", "the container does not exist on"),
+        (2, b"container '201' not running!\n", "the container is not running; start it with 'pct start 201'"),
+        (1, b"lxc-attach: 201: attach.c: get_attach_context: 405 Failed to get init pid\n", "the container is not running"),
+        (127, LXC_EXEC, "/bin/sh was not found inside the container (exit status 127)"),
+        (126, LXC_EXEC.replace(b"No such file or directory", b"Permission denied"), "/bin/sh is not executable inside the container"),
+    ],
+)
+def test_pct_and_lxc_failures(target: PctTarget, rc: int, stderr: bytes, expected: str) -> None:
+    cause = diagnose(target, rc, stderr)
+    assert cause is not None and expected in cause
+
+
+@pytest.mark.parametrize("target", [LOCAL, REMOTE])
+@pytest.mark.parametrize(
+    "rc, stderr",
+    [
+        (0, b"container '201' not running!\n"),  # success is never a failure of pct
+        (1, b""),  # the command failed: its business
+        (127, b"/bin/sh: 1: nosuchcmd: not found\n"),  # not found by the shell inside, not by lxc-attach
+        (126, b"/bin/sh: 1: ./x: Permission denied\n"),
+        (2, b"Configuration file 'nodes/pve1/lxc/2010.conf' does not exist\n"),  # another container
+        (2, b"container '20' not running!\n"),
+        (3, "ünïcödé \udcff".encode("utf-8", "surrogateescape")),
+    ],
+)
+def test_command_failures_are_not_pct_failures(target: PctTarget, rc: int, stderr: bytes) -> None:
+    assert diagnose(target, rc, stderr) is None
+
+
+def test_ssh_failure_only_for_remote_nodes() -> None:
+    stderr = b"ssh: connect to host pve1 port 22: Connection refused\r\n"
+    cause = diagnose(REMOTE, 255, stderr)
+    assert cause == "ssh could not run pct on node pve1 (exit status 255): ssh: connect to host pve1 port 22: Connection refused"
+    assert diagnose(LOCAL, 255, stderr) is None
+
+
+@pytest.mark.parametrize("stderr", [b"env: 'pct': No such file or directory\n", "env: \u2018pct\u2019: No such file or directory\n".encode()])
+def test_pct_missing_on_remote_node(stderr: bytes) -> None:
+    cause = diagnose(REMOTE, 127, stderr)
+    assert cause is not None
+    assert cause.startswith("pct was not found in PATH /usr/local/sbin:")
+    assert "on node pve1" in cause and cause.endswith("not a Proxmox node? set pct_path")
+    assert diagnose(LOCAL, 127, stderr) is None
+
+
+def test_pct_not_found_cause() -> None:
+    assert pct_not_found_cause(PctTarget(vmid=200, pct_path="/opt/pct")) == (
+        "/opt/pct was not found at that path on the local node; not a Proxmox node? set pct_path"
+    )
+
+
+def test_failure_message_format() -> None:
+    cause = diagnose(LOCAL, 2, b"container '201' not running!\n")
+    assert cause is not None
+    message = failure_message("Cannot run a command in", LOCAL, cause)
+    assert message == (
+        "Cannot run a command in container 201: the container is not running; start it with 'pct start 201' (pct: container '201' not running!)"
+    )
+    assert failure_message("Cannot copy a to b in", REMOTE, "x") == "Cannot copy a to b in container 201 on node pve1: x"
+
+
+def test_command_failure_cause_keeps_last_lines_short() -> None:
+    assert command_failure_cause("cat", 1, b"cat: /nope: No such file or directory\n") == "cat exited with status 1: cat: /nope: No such file or directory"
+    assert command_failure_cause("cat", 1, b"") == "cat exited with status 1"
+    long = command_failure_cause("cat", 1, b"x" * 5000)
+    assert len(long) < 500 and long.endswith("x")
+    assert command_failure_cause("cat", 1, b"a\nb\nc\nd\n").endswith(": b | c | d")
