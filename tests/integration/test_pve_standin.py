@@ -185,7 +185,7 @@ def test_pty_knob_loses_nohup_job_while_tmux_survives(private_node: StandinNode)
 
 def test_setup_script_is_safe_to_run_twice(standin: StandinNode) -> None:
     script = Path(__file__).resolve().parents[2] / "tools" / "pve_standin" / "setup.sh"
-    for _ in range(2):
+    for _run in range(2):
         result = subprocess.run([str(script)], capture_output=True, check=False, timeout=600)
         assert result.returncode == 0, result.stderr
     assert standin.pct("status", 200, check=True).stdout == b"status: running\n"

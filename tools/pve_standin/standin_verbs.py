@@ -52,7 +52,7 @@ def run_with_pty(argv: Sequence[str], env: dict[str, str]) -> int:
     stdin_open = True
     while True:
         watch = [master, 0] if stdin_open else [master]
-        ready, _, _ = select.select(watch, [], [], 0.2)
+        ready = select.select(watch, [], [], 0.2)[0]
         if master in ready:
             try:
                 data = os.read(master, 65536)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+#
+# Run ansible-lint (profile production, configuration in .ansible-lint) over
+# the collection, offline: no Ansible Galaxy installs, no schema refresh.
+#
+# Usage: tools/lint.sh [ansible-lint options or paths...]
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tools/env.sh
+. "$root/tools/env.sh"
+
+if ! command -v ansible-lint >/dev/null 2>&1; then
+    echo "lint: ansible-lint not found: run tools/bootstrap.sh first" >&2
+    exit 1
+fi
+
+# Never reach out to the network for schemas or collection dependencies.
+export ANSIBLE_LINT_SKIP_SCHEMA_UPDATE=1
+export NO_COLOR="${NO_COLOR:-1}"
+
+cd "$root"
+started=$SECONDS
+status=0
+ansible-lint --offline --profile production --config-file "$root/.ansible-lint" "$@" || status=$?
+echo "lint: finished with exit status $status in $((SECONDS - started)) s" >&2
+exit "$status"
