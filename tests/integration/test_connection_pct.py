@@ -150,7 +150,8 @@ def test_background_job_of_raw_survives(workdir: str) -> None:
     result = ansible("pct_running", "raw", script)
     assert result.returncode == 0, result.stdout + result.stderr
     assert time.monotonic() - started < 60
-    time.sleep(1)
+    # The job writes its pid as its first act; give a loaded machine time for it.
+    ct_sh('i=0; while [ ! -s "$1/job.pid" ] && [ "$i" -lt 150 ]; do sleep 0.1; i=$((i+1)); done', workdir, check=False)
     alive = ct_sh('test -e "$1/job.log" && kill -0 "$(cat "$1/job.pid")" && kill "$(cat "$1/job.pid")"', workdir, check=False)
     assert alive.returncode == 0, alive.stderr
 

@@ -1,0 +1,326 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""Build the in-container program of ``tmux_session`` and read its answer (docs/launch-protocol.md).
+
+Values reach the container only as ``name=<shlex.quote(value)>`` assignments and as here-documents
+with a random delimiter (the job's environment, the wrapper); the sh code itself is constant
+(``_tmux_sh``). Everything travels on the standard input of one ``pct exec``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+import re
+import secrets
+import shlex
+import typing as t
+from urllib.parse import unquote_to_bytes
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_sh
+
+SESSION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
+VMID_MIN = 100
+VMID_MAX = 999_999_999
+RUN_DIR = "/run/trainops"
+SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL")
+ACTIONS = {"started": "start", "stopped": "stop", "restarted": "restart"}
+_SCRIPT_SUFFIX = re.compile(r"\.(py|sh|bash|pl|rb|js|R|jl|lua)$")
+_INTERPRETER = re.compile(r"(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|ksh|perl|ruby|node|Rscript|julia|lua)")
+_SHELL_OPERATORS = frozenset(("&&", "||", ";", "|", "&", "(", ")", ";;", "<", ">", ">>"))
+_UNSAFE_WORD = re.compile(r"[$`*?\[~{]")
+_LOCK_GRACE = 30
+
+
+class SpecError(ValueError):
+    """An option has an unusable value; the message names the option."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSpec:
+    """The validated options of one ``tmux_session`` task."""
+
+    vmid: int
+    session_name: str
+    state: str = "started"
+    command: str | None = None
+    argv: tuple[str, ...] | None = None
+    chdir: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    venv: str | None = None
+    user: str | None = None
+    log_path: str | None = None
+    log_mode: str = "rotate"
+    log_keep: int = 5
+    stop_signal: str = "TERM"
+    stop_timeout: int = 30
+    run_root: str = RUN_DIR
+
+    @property
+    def action(self) -> str:
+        """start, stop or restart."""
+        return ACTIONS[self.state]
+
+    @property
+    def run_dir(self) -> str:
+        """``/run/trainops/NAME`` inside the container."""
+        return posixpath.join(self.run_root, self.session_name)
+
+
+def _no_nul(option: str, value: str) -> str:
+    if "\0" in value:
+        raise SpecError(f"Invalid {option}: it contains a NUL character, which cannot be passed to a process")
+    return value
+
+
+def _absolute(option: str, value: str | None, required: bool = False) -> str | None:
+    if value is None or value == "":
+        if required:
+            raise SpecError(f"Missing {option}: an absolute path inside the container is required to start a job")
+        return None
+    _no_nul(option, value)
+    if not value.startswith("/"):
+        raise SpecError(f"Invalid {option} {value!r}: use an absolute path inside the container (starting with '/')")
+    return value
+
+
+def _log_path(value: str | None, required: bool) -> str | None:
+    path = _absolute("log_path", value, required)
+    if path is not None and (path.endswith("/") or posixpath.basename(path) in (".", "..")):
+        raise SpecError(f"Invalid log_path {value!r}: use the absolute path of a file, not of a directory")
+    return path
+
+
+def _vmid(value: t.Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not VMID_MIN <= value <= VMID_MAX:
+        raise SpecError(f"Invalid vmid {value!r}: use the container's VMID, an integer from {VMID_MIN} to {VMID_MAX}")
+    return value
+
+
+def _session_name(value: str) -> str:
+    if not isinstance(value, str) or not SESSION_NAME.fullmatch(value):
+        raise SpecError(f"Invalid session_name {value!r}: use 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-' "
+                        "(tmux rejects or rewrites '.' and ':')")
+    return value
+
+
+def _env(value: t.Mapping[str, t.Any] | None) -> tuple[tuple[str, str], ...]:
+    items = []
+    for key, raw in sorted((value or {}).items()):
+        if not isinstance(key, str) or not ENV_KEY.fullmatch(key) or key.lower().startswith("trainops_"):
+            raise SpecError(f"Invalid env key {key!r}: use a shell variable name ([A-Za-z_][A-Za-z0-9_]*, not starting with TRAINOPS_)")
+        if raw is None or isinstance(raw, (dict, list)):
+            raise SpecError(f"Invalid env value for {key}: use a string (quote numbers and booleans in YAML)")
+        text = str(raw).lower() if isinstance(raw, bool) else str(raw)
+        if "\0" in text:
+            raise SpecError(f"Invalid env value for {key}: it contains a NUL character")
+        items.append((key, text))
+    return tuple(items)
+
+
+def _job(params: t.Mapping[str, t.Any]) -> tuple[str | None, tuple[str, ...] | None]:
+    command, argv = params.get("command"), params.get("argv")
+    if command is not None and (not isinstance(command, str) or not command.strip()):
+        raise SpecError("Invalid command: it is empty; give the shell command line to run")
+    if argv is not None:
+        if not argv or not all(isinstance(a, str) for a in argv) or argv[0] == "":
+            raise SpecError("Invalid argv: give a non-empty list of strings whose first item is the program")
+        argv = tuple(_no_nul("argv", a) for a in argv)
+    return (_no_nul("command", command) if command is not None else None), argv
+
+
+def _user(value: str | None) -> str | None:
+    """None runs the job as root (as does V(root))."""
+    if value in (None, "", "root"):
+        return None
+    if not USER_NAME.fullmatch(value):
+        raise SpecError(f"Invalid user {value!r}: use a user name of the container (letters, digits, '_', '.', '-')")
+    return value
+
+
+def _numbers(params: t.Mapping[str, t.Any]) -> tuple[int, str, int]:
+    keep = params.get("log_keep", 5)
+    if not 1 <= keep <= 1000:
+        raise SpecError(f"Invalid log_keep {keep}: keep from 1 to 1000 rotated logs")
+    signal = str(params.get("stop_signal") or "TERM").upper()
+    signal = signal[3:] if signal.startswith("SIG") else signal
+    if signal not in SIGNALS:
+        raise SpecError(f"Invalid stop_signal {params.get('stop_signal')!r}: use one of {', '.join(SIGNALS)}")
+    stop_timeout = params.get("stop_timeout", 30)
+    if not 0 <= stop_timeout <= 86400:
+        raise SpecError(f"Invalid stop_timeout {stop_timeout}: use 0 to 86400 seconds")
+    return keep, signal, stop_timeout
+
+
+def spec_from_params(params: t.Mapping[str, t.Any]) -> LaunchSpec:
+    """Validate the module options (before any pct call); raise SpecError naming the option."""
+    state = params.get("state") or "started"
+    command, argv = _job(params)
+    starting = state != "stopped"
+    if starting and (command is None) == (argv is None):
+        raise SpecError(f"Missing command or argv: state={state} needs exactly one of them")
+    keep, signal, stop_timeout = _numbers(params)
+    return LaunchSpec(
+        vmid=_vmid(params.get("vmid")), session_name=_session_name(params.get("session_name")), state=state,
+        command=command, argv=argv, chdir=_absolute("chdir", params.get("chdir")), env=_env(params.get("env")),
+        venv=_absolute("venv", params.get("venv")), user=_user(params.get("user")),
+        log_path=_log_path(params.get("log_path"), required=starting),
+        log_mode=params.get("log_mode") or "rotate", log_keep=keep, stop_signal=signal, stop_timeout=stop_timeout)
+
+
+def _canonical(data: t.Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
+
+
+def spec_hash(spec: LaunchSpec) -> str:
+    """sha256 of the canonical JSON of the job spec, env keys and values included."""
+    data = {"command": spec.command, "argv": list(spec.argv) if spec.argv else None, "chdir": spec.chdir,
+            "env": dict(spec.env), "venv": spec.venv, "user": spec.user, "log_path": spec.log_path}
+    return hashlib.sha256(_canonical(data)).hexdigest()
+
+
+def _env_digest(salt: str, key: str, value: str) -> str:
+    return hashlib.sha256(_canonical([salt, key, value])).hexdigest()[:16]
+
+
+def spec_summary(spec: LaunchSpec, salt: str | None = None) -> dict[str, t.Any]:
+    """The spec without env values (salted per-key digests only), stored next to the session."""
+    salt = salt or secrets.token_hex(8)
+    return {"command": spec.command, "argv": list(spec.argv) if spec.argv else None, "chdir": spec.chdir,
+            "venv": spec.venv, "user": spec.user, "log_path": spec.log_path, "env_salt": salt,
+            "env": {key: _env_digest(salt, key, value) for key, value in spec.env}}
+
+
+def display_command(spec: LaunchSpec) -> str:
+    """The command for the log header and ``@trainops_command``: one line, no env values."""
+    text = spec.command if spec.command is not None else " ".join(shlex.quote(word) for word in spec.argv or ())
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif ord(char) < 32 or ord(char) == 127:
+            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(char, "\\x" + format(ord(char), "02x")))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def job_argv(spec: LaunchSpec) -> list[str]:
+    """The job's argv inside the container: ``sh -c COMMAND`` or argv as given."""
+    if spec.command is not None:
+        return ["sh", "-c", spec.command]
+    return list(spec.argv or ())
+
+
+def _words(spec: LaunchSpec) -> list[str]:
+    if spec.argv is not None:
+        return list(spec.argv)
+    try:
+        lexer = shlex.shlex(spec.command or "", posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:
+        return []
+    for index, word in enumerate(words):
+        if word in _SHELL_OPERATORS:
+            return words[:index]
+    return words
+
+
+def script_to_check(spec: LaunchSpec) -> tuple[str | None, bool]:
+    """The script file the job starts, when its first word (or an interpreter's script argument) names one.
+
+    Returns (path, must_be_executable); (None, False) when nothing can be checked safely.
+    """
+    words = _words(spec)
+    while words and spec.command is not None and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        words.pop(0)
+    if not words or _UNSAFE_WORD.search(words[0]):
+        return None, False
+    if "/" in words[0]:
+        return words[0], True
+    if not _INTERPRETER.fullmatch(posixpath.basename(words[0])):
+        return None, False
+    for word in words[1:]:
+        if word in ("-m", "-c", "-e", "--eval", "-"):
+            return None, False
+        if not word.startswith("-") and _SCRIPT_SUFFIX.search(word) and not _UNSAFE_WORD.search(word):
+            return word, False
+    return None, False
+
+
+def tmux_option_value(value: str) -> str:
+    """A tmux argument that tmux keeps as ``value`` (an argument ending in ';' separates commands)."""
+    return value[:-1] + "\\;" if value.endswith(";") else value
+
+
+def assign(name: str, value: str | int | None) -> str:
+    """``name=<quoted value>`` (None is the empty string)."""
+    return name + "=" + shlex.quote("" if value is None else str(value))
+
+
+def heredoc_function(name: str, content: str) -> str:
+    """A sh function printing ``content`` with a quoted here-document (no expansion, no process list)."""
+    body = content if content.endswith("\n") else content + "\n"
+    lines = set(body.split("\n"))
+    delimiter = "TRAINOPS_EOF_" + secrets.token_hex(8)
+    while delimiter in lines:
+        delimiter = "TRAINOPS_EOF_" + secrets.token_hex(8)
+    return name + "() {\ncat <<'" + delimiter + "'\n" + body + delimiter + "\n}\n"
+
+
+def wrapper_text(spec: LaunchSpec) -> str:
+    """The content of ``/run/trainops/NAME/run.sh``."""
+    values = [assign("w_name", spec.session_name), assign("w_log", spec.log_path), assign("w_dir", spec.run_dir),
+              assign("w_chdir", spec.chdir), assign("w_venv", spec.venv), assign("w_user", spec.user)]
+    job = "set -- " + " ".join(shlex.quote(word) for word in job_argv(spec))
+    return _tmux_sh.WRAPPER_HEAD + "\n".join(values) + "\n" + job + "\n" + _tmux_sh.WRAPPER_BODY
+
+
+def env_file_text(spec: LaunchSpec) -> str:
+    """``export KEY='value'`` lines, read by the wrapper and deleted before the job starts."""
+    return "".join("export " + key + "=" + shlex.quote(value) + "\n" for key, value in spec.env)
+
+
+def _assignments(spec: LaunchSpec, check_mode: bool) -> list[str]:
+    script, script_exec = script_to_check(spec) if spec.action != "stop" else (None, False)
+    log = spec.log_path or ""
+    lock_seconds = spec.stop_timeout + _LOCK_GRACE
+    return [
+        assign("t_name", spec.session_name), assign("t_dir", spec.run_dir), assign("t_action", spec.action),
+        assign("t_check", int(check_mode)), assign("t_log", log), assign("t_logdir", posixpath.dirname(log) if log else ""),
+        assign("t_mode", spec.log_mode), assign("t_keep", spec.log_keep), assign("t_chdir", spec.chdir),
+        assign("t_venv", spec.venv), assign("t_user", spec.user), assign("t_script", script),
+        assign("t_script_exec", int(script_exec)), assign("t_spec", spec_hash(spec) if spec.action != "stop" else ""),
+        assign("t_display", display_command(spec) if spec.action != "stop" else ""),
+        assign("t_opt_log", tmux_option_value(log)),
+        assign("t_opt_command", tmux_option_value(display_command(spec)) if spec.action != "stop" else ""),
+        assign("t_signal", spec.stop_signal), assign("t_stop_ticks", spec.stop_timeout * 10),
+        assign("t_lock_ticks", lock_seconds * 10), assign("t_has_env", int(bool(spec.env))),
+        assign("t_uid", ""), assign("t_gid", ""), assign("t_home", "/root"), assign("t_tmux_missing", 0),
+    ]
+
+
+def build_program(spec: LaunchSpec, check_mode: bool = False, salt: str | None = None) -> str:
+    """The whole program for ``/bin/sh -s`` in the container."""
+    parts = ["\n".join(_assignments(spec, check_mode)), _tmux_sh.LAUNCH]
+    if spec.action != "stop" and not check_mode:
+        summary = json.dumps(spec_summary(spec, salt), sort_keys=True, ensure_ascii=True)
+        parts += [heredoc_function("t_wrapper", wrapper_text(spec)), heredoc_function("t_summary", summary),
+                  heredoc_function("t_envfile", env_file_text(spec))]
+    parts.append("t_main\n")
+    return "\n".join(parts)
+
+
+def parse_output(stdout: str) -> dict[str, str]:
+    """``trainops:KEY=VALUE`` lines as a dict (percent-decoded; the last value of a key wins)."""
+    facts: dict[str, str] = {}
+    for line in stdout.splitlines():
+        if line.startswith("trainops:") and "=" in line:
+            key, _sep, value = line[len("trainops:"):].partition("=")
+            facts[key] = unquote_to_bytes(value.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+    return facts

@@ -1,0 +1,312 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tmux_session
+short_description: Start, stop or restart a job in a detached tmux session inside a Proxmox VE container
+version_added: 0.1.0
+author:
+  - trainops contributors (!UNKNOWN)
+description:
+  - Runs on the Proxmox VE node and starts a job (a shell command line or an argv) in a detached tmux session
+    inside LXC container O(vmid), through one C(pct exec VMID -- /bin/sh -s) per task.
+    The whole program for the container travels on standard input, never with a terminal,
+    so no value (environment values included) appears on a process list.
+  - Before starting, the container is checked (preflight), also in check mode. C(tmux) must be installed
+    (role C(trainops.pct_launch.tmux)); O(chdir), O(venv), the directory of O(log_path) and the script the command
+    starts (when its first word, or the script argument of an interpreter such as C(python) or C(bash), names a file)
+    must exist. Nothing is started when a check fails.
+  - The job runs under a small wrapper (C(/run/trainops/NAME/run.sh)) in its own process group, with standard
+    input C(/dev/null) and standard output and error appended to O(log_path).
+    The log's first line is a header written before the job starts
+    (C(### trainops.pct_launch) followed by the session name, start time, host and command, never environment values);
+    when the job ends, the wrapper appends a trailer line and writes C(LOG.exit) with the exit status.
+  - The job gets a clean environment (C(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), C(HOME), C(USER),
+    C(LOGNAME), C(LANG=C.UTF-8)), then O(env), then O(venv). Nothing of the node's or the tmux server's environment leaks in.
+  - Idempotent. A session of that name running the same job spec (command or argv, O(chdir), O(env), O(venv), O(user),
+    O(log_path)) is left alone. A session of that name running another spec makes the task fail, naming what differs
+    (environment values are never shown); use O(state=restarted) to replace it.
+  - Concurrent launches of one session name in one container are serialised with a lock in C(/run/trainops/NAME), so
+    exactly one job starts.
+  - See C(docs/launch-protocol.md) in the collection for the files it writes and the tmux options it sets.
+options:
+  vmid:
+    description:
+      - VMID of the container, an integer from V(100) to V(999999999). The container must run on this node.
+    type: int
+    required: true
+  session_name:
+    description:
+      - Name of the tmux session, 1 to 64 characters from C(A-Z), C(a-z), C(0-9), C(_) and C(-).
+      - The session is always targeted by exact name (C(-t =NAME)).
+    type: str
+    required: true
+  command:
+    description:
+      - Shell command line of the job, run by C(sh -c) inside the container.
+      - Exactly one of O(command) and O(argv) is required when O(state) is V(started) or V(restarted).
+    type: str
+  argv:
+    description:
+      - The job as a list of arguments, run without a shell (the program is looked up in C(PATH)).
+      - Exactly one of O(command) and O(argv) is required when O(state) is V(started) or V(restarted).
+    type: list
+    elements: str
+  chdir:
+    description:
+      - Absolute path of the directory the job starts in. Default is the home directory of O(user) (C(/root) for root).
+    type: path
+  env:
+    description:
+      - Environment variables for the job. Values are passed byte-exact and never appear on a process list,
+        in the log header or in the task result; quote numbers and booleans in YAML.
+      - Names must be shell variable names and must not start with C(TRAINOPS_).
+    type: dict
+  venv:
+    description:
+      - Absolute path of a Python virtual environment to activate for the job
+        (C(VIRTUAL_ENV) is set and its C(bin) is put first in C(PATH)).
+    type: path
+  user:
+    description:
+      - Run the job as this user of the container (with C(setpriv --reuid --regid --init-groups) when available,
+        else C(su -m -s /bin/sh)). The log is owned by this user. Default is root.
+    type: str
+  log_path:
+    description:
+      - Absolute path of the job's log inside the container. Its directory must exist.
+      - Required when O(state) is V(started) or V(restarted).
+    type: path
+  log_mode:
+    description:
+      - What happens to an existing log when a new run starts.
+      - V(rotate) renames C(LOG) to C(LOG.1) (and C(LOG.exit) to C(LOG.1.exit)), shifting older ones up to O(log_keep).
+      - V(append) keeps appending to C(LOG).
+      - V(fail_if_exists) refuses to start when C(LOG) exists.
+      - A log is never truncated or overwritten.
+    type: str
+    choices: [rotate, append, fail_if_exists]
+    default: rotate
+  log_keep:
+    description:
+      - Number of rotated logs to keep with O(log_mode=rotate) (C(LOG.1) to C(LOG.N)), from V(1) to V(1000).
+    type: int
+    default: 5
+  state:
+    description:
+      - V(started) starts the job unless a session of that name runs it already.
+      - V(stopped) stops the job (see O(stop_signal)) and ends the session; nothing happens when none runs.
+      - V(restarted) stops the running job, if any, and starts it again, in the same C(pct exec) call.
+    type: str
+    choices: [started, stopped, restarted]
+    default: started
+  stop_signal:
+    description:
+      - Signal sent to the job's process group to stop it. After O(stop_timeout) seconds the group gets C(SIGKILL).
+    type: str
+    choices: [TERM, INT, HUP, QUIT, USR1, USR2, KILL]
+    default: TERM
+  stop_timeout:
+    description:
+      - Seconds to wait after O(stop_signal) before sending C(SIGKILL).
+    type: int
+    default: 30
+  pct_path:
+    description:
+      - The C(pct) program on the node, a name looked up in C(PATH) and the C(sbin) directories, or a path.
+    type: str
+    default: pct
+  timeout:
+    description:
+      - Seconds the C(pct exec) call may take, in addition to the time stopping may take (twice O(stop_timeout)).
+    type: int
+    default: 120
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details:
+      - The preflight checks run in check mode too; nothing is written or started.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details:
+      - Except for O(state=restarted), which always restarts the job.
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+requirements:
+  - Runs on a Proxmox VE node (root, C(pct)).
+  - In the container, a POSIX C(sh), C(tmux) (any version since 2.0), C(awk) and C(setsid) (util-linux or busybox).
+notes:
+  - A container restart ends all tmux sessions in it; the log then lacks its trailer and C(LOG.exit) is missing.
+seealso:
+  - module: trainops.pct_launch.tmux_session_info
+  - module: trainops.pct_launch.wait_for_log
+"""
+
+EXAMPLES = r"""
+- name: Start training in CT 201 (changed only when it was not running)
+  trainops.pct_launch.tmux_session:
+    vmid: 201
+    session_name: train-resnet
+    argv: [python, train.py, --epochs, "90"]
+    chdir: /srv/train
+    venv: /srv/train/.venv
+    user: trainer
+    env:
+      WANDB_API_KEY: "{{ wandb_api_key }}"
+      CUDA_VISIBLE_DEVICES: "0"
+    log_path: /srv/train/logs/train-resnet.log
+
+- name: Start a shell pipeline, appending to the same log at every run
+  trainops.pct_launch.tmux_session:
+    vmid: 201
+    session_name: prep
+    command: ./prepare.sh --all 2>&1 | tee -a prep-detail.txt
+    chdir: /srv/train
+    log_path: /var/log/prep.log
+    log_mode: append
+
+- name: Restart with a new spec
+  trainops.pct_launch.tmux_session:
+    vmid: 201
+    session_name: train-resnet
+    state: restarted
+    argv: [python, train.py, --epochs, "120"]
+    chdir: /srv/train
+    log_path: /srv/train/logs/train-resnet.log
+
+- name: Stop it (SIGINT, then SIGKILL after 60 s)
+  trainops.pct_launch.tmux_session:
+    vmid: 201
+    session_name: train-resnet
+    state: stopped
+    stop_signal: INT
+    stop_timeout: 60
+"""
+
+RETURN = r"""
+vmid:
+  description: The container's VMID.
+  returned: always
+  type: int
+  sample: 201
+session_name:
+  description: The tmux session name.
+  returned: always
+  type: str
+  sample: train-resnet
+log_path:
+  description: The job's log inside the container.
+  returned: always
+  type: str
+  sample: /srv/train/logs/train-resnet.log
+rotated_log:
+  description: Where the previous log went when this task rotated it, else null.
+  returned: always
+  type: str
+  sample: /srv/train/logs/train-resnet.log.1
+pane_pid:
+  description: PID (in the container) of the process in the session's pane, the wrapper of the job; null when none runs.
+  returned: always
+  type: int
+  sample: 4242
+started_at:
+  description: When the running job was started, ISO 8601 UTC; null when none runs.
+  returned: always
+  type: str
+  sample: "2025-01-31T12:00:00Z"
+tmux_version:
+  description: Version of tmux in the container, null when it is not installed.
+  returned: always
+  type: str
+  sample: 3.3a
+state:
+  description:
+    - State of the session after the task (predicted in check mode).
+    - V(running) (the job runs), V(finished) (it ended, C(LOG.exit) exists), V(vanished) (the log exists without
+      C(LOG.exit), for example after a container restart) or V(absent).
+  returned: always
+  type: str
+  sample: running
+exit_status:
+  description: Exit status of the job (128+N when killed by signal N), when the task saw it end.
+  returned: when the job ended during the task
+  type: int
+  sample: 143
+killed:
+  description: True when stopping needed C(SIGKILL) after O(stop_timeout).
+  returned: when stopping needed SIGKILL
+  type: bool
+  sample: true
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, detail, run_in_container
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, build_program, parse_output, spec_from_params
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import LaunchFailed, failure, result, what_failed
+
+ARGUMENT_SPEC = dict(
+    vmid=dict(type="int", required=True),
+    session_name=dict(type="str", required=True),
+    command=dict(type="str"),
+    argv=dict(type="list", elements="str"),
+    chdir=dict(type="path"),
+    env=dict(type="dict", no_log=True),
+    venv=dict(type="path"),
+    user=dict(type="str"),
+    log_path=dict(type="path"),
+    log_mode=dict(type="str", choices=["rotate", "append", "fail_if_exists"], default="rotate"),
+    log_keep=dict(type="int", default=5),
+    state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
+    stop_signal=dict(type="str", choices=["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"], default="TERM"),
+    stop_timeout=dict(type="int", default=30),
+    pct_path=dict(type="str", default="pct"),
+    timeout=dict(type="int", default=120),
+)
+
+
+def main() -> None:
+    """Run the module."""
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        mutually_exclusive=[("command", "argv")],
+        required_if=[("state", "started", ("command", "argv"), True), ("state", "restarted", ("command", "argv"), True),
+                     ("state", "started", ("log_path",)), ("state", "restarted", ("log_path",))],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        spec = spec_from_params(params)
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
+    if params["timeout"] <= 0:
+        module.fail_json(msg=f"Invalid timeout {params['timeout']}: use a positive number of seconds")
+    program = build_program(spec, check_mode=module.check_mode)
+    try:
+        rc, out, err = run_in_container(module, spec.vmid, program, pct_path=params["pct_path"],
+                                        timeout=params["timeout"] + 2 * spec.stop_timeout)
+    except PctError as exc:
+        module.fail_json(msg=exc.message(what_failed(spec)), rc=exc.rc, stderr=exc.stderr)
+    facts = parse_output(out)
+    if rc != 0:
+        error: LaunchFailed = failure(spec, rc, facts, err, detail(err))
+        module.fail_json(msg=str(error), rc=rc, error=error.code, stderr=err, vmid=spec.vmid, session_name=spec.session_name)
+    outcome = result(spec, facts, module.check_mode)
+    if not module._diff:
+        outcome.pop("diff")
+    module.exit_json(**outcome)
+
+
+if __name__ == "__main__":
+    main()
