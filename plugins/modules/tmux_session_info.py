@@ -1,0 +1,192 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tmux_session_info
+short_description: Report the tmux sessions of a Proxmox VE container and the state of their jobs
+version_added: 0.1.0
+author:
+  - trainops contributors (!UNKNOWN)
+description:
+  - Reports the tmux sessions in a Proxmox VE LXC container, the ones launched by M(trainops.pct_launch.tmux_session)
+    and any other tmux session, or one session (O(session_name)).
+  - Each session has a RV(sessions[].state) as docs/launch-protocol.md of the collection defines it, its pane process,
+    command, start time, exit status and end time when it finished, and the last O(lines) lines of its log.
+  - Sessions of M(trainops.pct_launch.tmux_session) that are no longer in tmux are found through
+    C(/run/trainops/NAME/run.sh) in the container (gone after a container restart), or with O(session_name) and O(log_path).
+  - Runs on the Proxmox node and makes exactly one C(pct exec VMID -- /bin/sh -s) per call, never with a terminal.
+    Needs only a POSIX sh, C(awk) and C(tail) in the container.
+  - When tmux is not installed in the container or no tmux server runs, the result lists no running session; this is not an error.
+options:
+  vmid:
+    description:
+      - VMID of the container, an integer from V(100) to V(999999999).
+    type: int
+    required: true
+  session_name:
+    description:
+      - Report only this session (C(^[A-Za-z0-9_-]{1,64}$)), matched exactly.
+      - It is reported even when it does not exist (RV(sessions[].state=absent)).
+    type: str
+  log_path:
+    description:
+      - Absolute path of the log of O(session_name) inside the container, used when the session is no longer in tmux.
+      - While the session runs, its C(@trainops_log) tmux option gives the log path.
+    type: str
+  lines:
+    description:
+      - How many last lines of each log to return in RV(sessions[].log_tail).
+    type: int
+    default: 20
+  pct_path:
+    description:
+      - Path or name of C(pct) on the Proxmox node.
+    type: str
+    default: pct
+attributes:
+  check_mode:
+    description: Can run in check mode; the module only reads, so it reports in check mode too.
+    support: full
+  diff_mode:
+    description: Returns details on what has changed in diff mode.
+    support: none
+  idempotent:
+    description: Running the task again changes nothing.
+    support: full
+seealso:
+  - module: trainops.pct_launch.tmux_session
+  - module: trainops.pct_launch.wait_for_log
+"""
+
+EXAMPLES = r"""
+- name: All tmux sessions of container 200
+  trainops.pct_launch.tmux_session_info:
+    vmid: 200
+  register: info
+
+- name: Show the running ones
+  ansible.builtin.debug:
+    msg: "{{ info.sessions | selectattr('state', 'eq', 'running') | map(attribute='name') }}"
+
+- name: The training job, with its last 50 log lines
+  trainops.pct_launch.tmux_session_info:
+    vmid: 200
+    session_name: train
+    log_path: /workspace/train.log
+    lines: 50
+  register: train
+
+- name: Fail when the job ended badly
+  ansible.builtin.assert:
+    that: train.session.state != 'finished' or train.session.exit_status == 0
+    fail_msg: "train ended with {{ train.session.exit_status }}: {{ train.session.log_tail | join('\n') }}"
+"""
+
+RETURN = r"""
+tmux:
+  description: V(running) (a tmux server runs), V(no_server) or V(missing) (tmux is not installed).
+  returned: always
+  type: str
+  sample: running
+sessions:
+  description: The sessions, in tmux order, then the ones no longer in tmux.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Session name.
+      type: str
+      sample: train
+    state:
+      description:
+        - V(running) (the session and its pane are alive), V(finished) (C(LOG.exit) exists, or a dead pane with an exit status),
+          V(vanished) (gone or dead without an exit status, the log exists) or V(absent) (nothing).
+      type: str
+      sample: running
+    managed:
+      description: Whether M(trainops.pct_launch.tmux_session) launched it (it has C(@trainops_log)).
+      type: bool
+    pane_pid:
+      description: PID (inside the container) of the pane process while V(running), else null.
+      type: int
+      sample: 4242
+    command:
+      description: The display command (C(@trainops_command)), or the pane's start command for other sessions.
+      type: str
+      sample: python train.py
+    started_at:
+      description: ISO 8601 UTC start time (C(@trainops_started_at), C(LOG.exit), or when tmux created the session).
+      type: str
+      sample: '2025-01-01T12:00:00Z'
+    exit_status:
+      description: Exit status when V(finished) (128+N when killed by signal N), else null.
+      type: int
+      sample: 0
+    ended_at:
+      description: ISO 8601 UTC end time from C(LOG.exit) when V(finished), else null.
+      type: str
+    stopped_by:
+      description: V(trainops) when M(trainops.pct_launch.tmux_session) had to stop the job, else null.
+      type: str
+    log_path:
+      description: The log inside the container, when known.
+      type: str
+      sample: /workspace/train.log
+    log_size:
+      description: Size of the log in bytes, null when it does not exist.
+      type: int
+      sample: 52311
+    log_tail:
+      description: The last O(lines) lines of the log.
+      type: list
+      elements: str
+session:
+  description: The one session of O(session_name) (the only element of RV(sessions)).
+  returned: when O(session_name) is set
+  type: dict
+  sample: {name: train, state: finished, exit_status: 1}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, detail, run_in_container
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_report import (
+    INFO_ARGUMENT_SPEC,
+    build_info_program,
+    check_info_options,
+    sessions_from_output,
+)
+
+PCT_TIMEOUT = 120
+
+
+def main() -> None:
+    """Report the sessions with one pct exec."""
+    module = AnsibleModule(argument_spec=INFO_ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    errors = check_info_options(params)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
+    what = f"Cannot report tmux session {params['session_name']} in" if params["session_name"] else "Cannot report the tmux sessions of"
+    program = build_info_program(params["session_name"], params["log_path"], params["lines"])
+    try:
+        rc, out, err = run_in_container(module, params["vmid"], program, pct_path=params["pct_path"], timeout=PCT_TIMEOUT)
+    except PctError as exc:
+        module.fail_json(msg=exc.message(what), rc=exc.rc)
+    tmux, sessions, complete = sessions_from_output(out)
+    if rc != 0 or not complete:
+        cause = detail(err) or "no error output"
+        module.fail_json(msg=f"{what} container {params['vmid']}: the report program failed (exit status {rc}): {cause}", rc=rc, stdout=out, stderr=err)
+    result = {"changed": False, "tmux": tmux, "sessions": sessions}
+    if params["session_name"]:
+        result["session"] = sessions[0] if sessions else None
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

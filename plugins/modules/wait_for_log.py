@@ -1,0 +1,280 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: wait_for_log
+short_description: Wait until a job in a Proxmox VE container proves in its log that it started
+version_added: 0.1.0
+author:
+  - trainops contributors (!UNKNOWN)
+description:
+  - Waits until the log of a job launched in a tmux session inside a Proxmox VE LXC container
+    (for example by M(trainops.pct_launch.tmux_session)) shows that the job really started,
+    and fails fast with the job's exit status when the job dies first.
+  - Runs on the Proxmox node (the inventory host, or the host given with C(delegate_to)) and reaches the
+    container with C(pct exec VMID -- /bin/sh -s), never with a terminal, the program on standard input.
+  - The waiting loop runs inside the container, so a wait costs one C(pct exec) per chunk of up to 10 seconds,
+    not one per poll. A healthy job whose O(pattern) appears within the first chunk costs exactly one C(pct exec).
+    The action plugin runs chunks until the verdict or O(timeout), printing a progress line after each chunk.
+  - The log is read incrementally (each byte once) and only whole lines are matched.
+    The protocol lines the launch wrapper writes (header and trailer, starting with C(### trainops.pct_launch:)) never match.
+  - Verdicts (RV(verdict)) are V(started) (success), V(died) (the session ended, or C(LOG.exit) appeared, before the
+    pattern; reported within one poll interval O(sleep) whatever O(timeout) is), V(fail_pattern) and V(timeout).
+  - With python3 in the container the patterns are Python regular expressions. Without it the loop falls back to
+    POSIX sh and C(grep -E) (POSIX extended regular expressions, C(\\d) translated to C([0-9])) and warns.
+  - Regular expressions are checked on the controller before any C(pct exec) is run.
+options:
+  vmid:
+    description:
+      - VMID of the container, an integer from V(100) to V(999999999).
+    type: int
+    required: true
+  session_name:
+    description:
+      - Name of the tmux session that runs the job (C(^[A-Za-z0-9_-]{1,64}$)), matched exactly.
+      - When set, the job counts as dead as soon as the session's pane process is gone.
+      - When O(log_path) is not set, the log path is read from the session's C(@trainops_log) option.
+      - At least one of O(session_name) and O(log_path) is required. Without O(session_name) only C(LOG.exit)
+        tells that the job ended.
+    type: str
+  log_path:
+    description:
+      - Absolute path of the job's log inside the container. C(LOG.exit) next to it carries the exit status.
+    type: str
+  pattern:
+    description:
+      - Python regular expression (searched in each whole log line) meaning that the job started, for example V(Epoch 1/).
+      - When not set, the first log line after the header line is enough.
+    type: str
+  fail_pattern:
+    description:
+      - Python regular expression meaning that the job failed, for example V(Traceback|CUDA out of memory).
+      - When a line matches both, O(fail_pattern) wins. Lines are judged in log order.
+    type: str
+  timeout:
+    description:
+      - Seconds to wait in total for the verdict.
+      - A job that dies is reported within one poll interval, however long O(timeout) is.
+    type: float
+    default: 600
+  sleep:
+    description:
+      - Poll interval inside the container in seconds, more than V(0) and at most V(1).
+    type: float
+    default: 0.5
+  tail_lines:
+    description:
+      - How many last lines of the log to return in RV(log_tail).
+    type: int
+    default: 40
+  offset:
+    description:
+      - Byte offset in the log where reading starts; lines before it are not matched.
+      - The action plugin passes it from one chunk to the next; set it yourself only to skip older content of an appended log.
+    type: int
+    default: 0
+  pct_path:
+    description:
+      - Path or name of C(pct) on the Proxmox node.
+    type: str
+    default: pct
+attributes:
+  check_mode:
+    description: Can run in check mode; the module only reads, so it waits in check mode too.
+    support: full
+  diff_mode:
+    description: Returns details on what has changed in diff mode.
+    support: none
+  idempotent:
+    description: Running the task again with the same options changes nothing and gives the same verdict for the same log.
+    support: full
+  action:
+    description: An action plugin of the same name runs on the controller, checks the options and runs the module in chunks.
+    support: full
+  async:
+    description: Can be used with the C(async) keyword.
+    support: none
+seealso:
+  - module: trainops.pct_launch.tmux_session
+  - module: trainops.pct_launch.tmux_session_info
+notes:
+  - The contract with M(trainops.pct_launch.tmux_session) (log header and trailer, C(LOG.exit), tmux options) is in
+    docs/launch-protocol.md of the collection.
+  - As a handler notified by M(trainops.pct_launch.tmux_session), follow the launch with the task
+    C(ansible.builtin.meta) V(flush_handlers) so that a job that did not start fails the play right there.
+"""
+
+EXAMPLES = r"""
+- name: Launch the training job
+  trainops.pct_launch.tmux_session:
+    vmid: 200
+    session_name: train
+    command: python train.py
+    log_path: /workspace/train.log
+  notify: Wait for the training job to start
+
+- name: Fail here if the job did not start
+  ansible.builtin.meta: flush_handlers
+
+# in handlers:
+- name: Wait for the training job to start
+  trainops.pct_launch.wait_for_log:
+    vmid: 200
+    session_name: train
+    log_path: /workspace/train.log
+    pattern: 'Epoch 1/'
+    fail_pattern: 'Traceback|CUDA out of memory'
+    timeout: 900
+
+- name: Wait until the log has any output (no pattern)
+  trainops.pct_launch.wait_for_log:
+    vmid: 200
+    session_name: train
+  register: started
+
+- name: Show the line that proved it
+  ansible.builtin.debug:
+    msg: "{{ started.matched_line }} after {{ started.elapsed }} s"
+"""
+
+RETURN = r"""
+verdict:
+  description: V(started), V(died), V(fail_pattern) or V(timeout). Only V(started) is a success.
+  returned: always
+  type: str
+  sample: started
+elapsed:
+  description: Seconds from the start of the wait to the verdict.
+  returned: always
+  type: float
+  sample: 3.2
+matched_line:
+  description: The log line that matched O(pattern) or O(fail_pattern) (or the first output line without O(pattern)).
+  returned: when RV(verdict) is V(started) or V(fail_pattern)
+  type: str
+  sample: 'Epoch 1/10'
+log_tail:
+  description: The last O(tail_lines) lines of the log.
+  returned: always
+  type: list
+  elements: str
+  sample: ['### trainops.pct_launch: session=train started_at=2025-01-01T00:00:00Z host=ct200 command=python train.py', 'Epoch 1/10']
+log_path:
+  description: The log that was watched.
+  returned: always
+  type: str
+  sample: /workspace/train.log
+log_exists:
+  description: Whether the log existed at the end of the wait.
+  returned: always
+  type: bool
+log_size:
+  description: Size of the log in bytes at the end of the wait, when it exists.
+  returned: always
+  type: int
+  sample: 1234
+offset:
+  description: Byte offset in the log after the last whole line read.
+  returned: always
+  type: int
+session_state:
+  description:
+    - V(running), V(finished) (C(LOG.exit) exists), V(vanished) (gone, no exit status, log exists),
+      V(absent) (nothing) or V(unknown) (no O(session_name)).
+  returned: always
+  type: str
+  sample: running
+session_alive:
+  description: Whether the job's session was alive at the end of the wait.
+  returned: always
+  type: bool
+tmux_missing:
+  description: Whether tmux is missing in the container.
+  returned: always
+  type: bool
+pane_pid:
+  description: PID (inside the container) of the session's pane process, while it is alive.
+  returned: always
+  type: int
+exit_status:
+  description: Exit status of the job from C(LOG.exit) (128+N when killed by signal N), when it ended.
+  returned: always
+  type: int
+  sample: 1
+ended_at:
+  description: When the job ended, from C(LOG.exit).
+  returned: always
+  type: str
+stopped_by:
+  description: Set (V(trainops)) when M(trainops.pct_launch.tmux_session) stopped the job.
+  returned: always
+  type: str
+process_tree:
+  description: C(ps)-like lines of the pane process and its descendants, on timeout while the session is alive.
+  returned: always
+  type: list
+  elements: str
+engine:
+  description: V(python3), or V(sh) when the container has no python3 and C(grep -E) matched the patterns.
+  returned: always
+  type: str
+  sample: python3
+pct_calls:
+  description: How many C(pct exec) calls the wait made (one per chunk).
+  returned: always
+  type: int
+  sample: 1
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import (
+    ARGUMENT_SPEC,
+    PCT_MARGIN,
+    REQUIRED_ONE_OF,
+    build_poll_program,
+    check_options,
+    message,
+    parse_poll_output,
+    program_failure,
+    result_from_facts,
+)
+from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, run_in_container
+
+SH_WARNING = ("Container {vmid} has no python3: patterns were matched with grep -E (POSIX extended regular expressions) "
+              "instead of Python's re; install python3 in the container for exact Python semantics")
+
+
+def main() -> None:
+    """Run one chunk of waiting in the container and report the verdict."""
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, supports_check_mode=True)
+    params = module.params
+    errors = check_options(params)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
+    started = time.monotonic()
+    program = build_poll_program(params, params["timeout"], params["offset"])
+    try:
+        rc, out, err = run_in_container(module, params["vmid"], program, pct_path=params["pct_path"],
+                                        timeout=params["timeout"] + PCT_MARGIN)
+    except PctError as exc:
+        module.fail_json(msg=exc.message(f"Cannot wait for {params.get('session_name') or params.get('log_path')} in"), rc=exc.rc)
+    failure = program_failure(rc, out, err, params)
+    if failure:
+        module.fail_json(msg=failure, rc=rc, stdout=out, stderr=err)
+    result = result_from_facts(parse_poll_output(out), time.monotonic() - started)
+    if result["engine"] == "sh":
+        module.warn(SH_WARNING.format(vmid=params["vmid"]))
+    if result["verdict"] == "started":
+        module.exit_json(changed=False, msg=message(result, params), **result)
+    module.fail_json(msg=message(result, params), **result)
+
+
+if __name__ == "__main__":
+    main()

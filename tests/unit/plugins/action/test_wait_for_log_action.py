@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""Unit tests for the action plugin of trainops.pct_launch.wait_for_log: option checks and the chunk loop.
+
+``_execute_module`` is replaced by a script of module results, so these tests count module calls (one
+``pct exec`` each) and check what is passed from chunk to chunk and what is printed.
+"""
+
+from __future__ import annotations
+
+import typing as t
+from unittest.mock import MagicMock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.trainops.pct_launch.plugins.action import wait_for_log as action_mod
+from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule, progress_line
+
+
+def chunk_result(verdict: str, offset: int = 0, **extra: t.Any) -> dict[str, t.Any]:
+    """A module result of one chunk."""
+    result = {"verdict": verdict, "offset": offset, "log_tail": ["x"], "log_path": "/w/t.log", "log_exists": True,
+              "log_size": offset, "session_state": "running", "session_alive": True, "tmux_missing": False,
+              "pane_pid": 5, "exit_status": None, "ended_at": None, "stopped_by": None, "process_tree": [],
+              "matched_line": None, "elapsed": 0.1, "engine": "python3", "pct_calls": 1, "msg": "chunk msg"}
+    if verdict != "started":
+        result.update(failed=True, exception="module summary")
+    result.update(extra)
+    return result
+
+
+class FakeClock:
+    """``time`` for the action plugin: monotonic() only moves when a chunk waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        """The fake monotonic clock."""
+        return self.now
+
+
+class Script:
+    """Stands in for ``_execute_module``: returns the scripted results, records the module args.
+
+    A ``timeout`` result advances the fake clock by the chunk's duration, as the real module waits that long.
+    """
+
+    def __init__(self, results: list[dict[str, t.Any]]) -> None:
+        self.results = results
+        self.args: list[dict[str, t.Any]] = []
+        self.names: list[str] = []
+        self.clock: FakeClock | None = None
+
+    def __call__(self, module_name: str | None = None, module_args: dict[str, t.Any] | None = None, task_vars: t.Any = None,
+                 **_kwargs: t.Any) -> dict[str, t.Any]:
+        self.names.append(module_name or "")
+        self.args.append(dict(module_args or {}))
+        result = dict(self.results[min(len(self.args), len(self.results)) - 1])
+        if self.clock is not None:
+            self.clock.now += self.args[-1]["timeout"] if result.get("verdict") == "timeout" else 0.05
+        return result
+
+
+def make_action(args: dict[str, t.Any], script: Script) -> ActionModule:
+    """An ActionModule with a mocked task and connection."""
+    task = MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = False
+    task.action = "trainops.pct_launch.wait_for_log"
+    connection = MagicMock()
+    connection._shell.tmpdir = "/tmp/x"  # pylint: disable=protected-access
+    action = ActionModule(task, connection, MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+    action._execute_module = script  # type: ignore[method-assign]  # pylint: disable=protected-access
+    script.clock = action_mod.time  # the FakeClock installed by the clock fixture
+    return action
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """Replace the action plugin's clock."""
+    fake = FakeClock()
+    monkeypatch.setattr(action_mod, "time", fake)
+    return fake
+
+
+@pytest.fixture()
+def shown(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Lines the action plugin printed with display.display."""
+    lines: list[str] = []
+    fake = MagicMock()
+    fake.display.side_effect = lambda msg, *a, **k: lines.append(msg)
+    monkeypatch.setattr(action_mod, "display", fake)
+    return lines
+
+
+def test_healthy_job_is_one_call(shown: list[str]) -> None:
+    script = Script([chunk_result("started", 120, matched_line="Epoch 1")])
+    result = make_action({"vmid": 250, "session_name": "train", "pattern": "Epoch"}, script).run(task_vars={"inventory_hostname": "pve"})
+    assert len(script.args) == 1 and script.names == ["trainops.pct_launch.wait_for_log"]
+    assert result["verdict"] == "started" and result["pct_calls"] == 1 and not result.get("failed")
+    assert result["msg"].startswith("Job started in session train in container 250: pattern 'Epoch' matched after")
+    assert script.args[0]["timeout"] <= 10 and script.args[0]["offset"] == 0 and not shown
+
+
+def test_chunks_carry_offset_and_print_progress(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 10), chunk_result("timeout", 25), chunk_result("started", 40, matched_line="go")])
+    result = make_action({"vmid": 250, "session_name": "train", "timeout": 600}, script).run(task_vars={"inventory_hostname": "pve"})
+    assert [a["offset"] for a in script.args] == [0, 10, 25]
+    assert result["verdict"] == "started" and result["pct_calls"] == 3 and "exception" not in result
+    assert shown == ["[pve] wait_for_log train in container 250: 10 s of 600 s, log 10 bytes, session alive",
+                     "[pve] wait_for_log train in container 250: 20 s of 600 s, log 25 bytes, session alive"]
+    assert result["elapsed"] == pytest.approx(20.05)
+
+
+def test_timeout_stops_at_deadline(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 10)])
+    result = make_action({"vmid": 250, "log_path": "/w/t.log", "timeout": 25}, script).run(task_vars={})
+    assert result["failed"] and result["verdict"] == "timeout" and len(script.args) == 3
+    assert [a["timeout"] for a in script.args] == [10, 10, 5]
+    assert result["msg"].startswith("Timed out after 25 s waiting for the first line of output in log /w/t.log in container 250")
+    assert "exception" not in result and result["pct_calls"] == 3 and len(shown) == 2
+
+
+def test_short_timeout_is_one_chunk(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 0)])
+    result = make_action({"vmid": 250, "log_path": "/w/t.log", "timeout": 0.3}, script).run(task_vars={})
+    assert result["verdict"] == "timeout" and [a["timeout"] for a in script.args] == [0.3] and not shown
+
+
+def test_died_is_final_at_once(shown: list[str]) -> None:
+    script = Script([chunk_result("died", 5, exit_status=7, session_state="finished", session_alive=False)])
+    result = make_action({"vmid": 250, "session_name": "train", "timeout": 3600}, script).run(task_vars={})
+    assert result["failed"] and len(script.args) == 1 and "ended with exit status 7" in result["msg"]
+
+
+def test_module_failure_without_verdict_is_passed_on(shown: list[str]) -> None:
+    script = Script([{"failed": True, "msg": "Cannot wait for train in container 250: the container is not running"}])
+    result = make_action({"vmid": 250, "session_name": "train"}, script).run(task_vars={})
+    assert result == {"failed": True, "msg": "Cannot wait for train in container 250: the container is not running"}
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ({"vmid": 250, "session_name": "t", "pattern": "Epoch ["}, "Cannot use option pattern 'Epoch ['"),
+    ({"vmid": 250, "session_name": "t", "sleep": 2}, "Cannot use option sleep 2"),
+])
+def test_bad_options_fail_before_any_call(args: dict[str, t.Any], fragment: str) -> None:
+    script = Script([chunk_result("started")])
+    result = make_action(args, script).run(task_vars={})
+    assert result["failed"] and result["msg"].startswith(fragment) and not script.args
+
+
+def test_type_errors_fail_before_any_call() -> None:
+    script = Script([chunk_result("started")])
+    with pytest.raises(AnsibleActionFail, match="one of the following is required: session_name, log_path"):
+        make_action({"vmid": 250}, script).run(task_vars={})
+    with pytest.raises(AnsibleActionFail, match="bogus"):
+        make_action({"vmid": 250, "session_name": "t", "bogus": 1}, script).run(task_vars={})
+    assert not script.args
+
+
+def test_progress_line_without_session() -> None:
+    line = progress_line("h", {"vmid": 250, "log_path": "/w/t.log", "timeout": 60.0}, {"log_exists": False}, 15.2)
+    assert line == "[h] wait_for_log /w/t.log in container 250: 15 s of 60 s, log missing, session unknown"
