@@ -61,8 +61,8 @@ lines() {
 # tmux as tmux_session runs it: the server of root's default socket, whatever the environment says
 tm() { env -i PATH="$PATH" HOME=/root tmux -u "$@"; }
 recorded_log() {
-  [ -f "/run/trainops/$1/run.sh" ] || return 0
-  ( w_log=; eval "$(sed -n '/^w_log=/{p;q;}' "/run/trainops/$1/run.sh")"; printf '%s' "$w_log" )
+  [ -f "/run/trainops/$1/log_path" ] || return 0
+  cat "/run/trainops/$1/log_path"
 }
 exitfile() {
   [ -f "$1" ] || return 0

@@ -216,6 +216,7 @@ t_write_files() {
   (umask 077
    t_wrapper > "$t_dir/run.sh.tmp" && mv -f "$t_dir/run.sh.tmp" "$t_dir/run.sh" &&
    t_summary > "$t_dir/spec" &&
+   printf '%s' "$t_log" > "$t_dir/log_path" &&
    if [ "$t_has_env" = 1 ]; then t_envfile > "$t_dir/env"; fi) || t_fail start_failed 30 "cannot write files in $t_dir"
 }
 t_new_session() {
