@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+#
+# Simulated remote Proxmox VE nodes on this machine, each reached over SSH:
+# its own sshd on its own loopback address, and its own stand-in state (its
+# own node name and container set), because sshd runs in a mount namespace
+# where the node's folder is bind-mounted on /var/lib/pve-standin. Whatever
+# runs through that sshd (pct, Ansible modules) sees only that node.
+#
+#   node.sh up NAME ADDRESS [PORT]   start node NAME on ADDRESS (127.0.0.0/8), port 22
+#   node.sh down NAME                stop its containers and its sshd, remove its state
+#   node.sh ssh-config               print the ssh_config file that reaches every node
+#   node.sh list                     the nodes that are up
+#
+# The client side lives in $PVE_STANDIN_NODES/client: a key, known_hosts with
+# each node's host key (host key checking stays on), and an ssh_config with a
+# `Host NAME` entry per node. Use it with `ssh -F <that file> NAME`, or in
+# Ansible: pct_ssh_args="-F <file>" for the pct connection and
+# ansible_ssh_common_args="-F <file>" for tasks delegated to the node.
+#
+# Environment: PVE_STANDIN_NODES (default /var/lib/pve-standin-nodes).
+set -euo pipefail
+
+base="${PVE_STANDIN_NODES:-/var/lib/pve-standin-nodes}"
+client="$base/client"
+mountpoint=/var/lib/pve-standin
+
+die() { echo "node.sh: $*" >&2; exit 1; }
+
+valid_name() { [[ "$1" =~ ^[a-z][a-z0-9-]{0,30}$ ]] || die "invalid node name '$1': use [a-z][a-z0-9-]*"; }
+
+ensure_client() {
+  mkdir -p "$client"
+  chmod 700 "$client"
+  [ -f "$client/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C pve-standin-client -f "$client/id_ed25519"
+  touch "$client/known_hosts" "$client/ssh_config"
+}
+
+write_sshd_config() {
+  local dir="$1" address="$2" port="$3"
+  cat > "$dir/sshd_config" <<EOF
+# sshd of simulated Proxmox VE node $(basename "$dir") (tools/pve_standin/node.sh)
+ListenAddress $address
+Port $port
+HostKey $dir/ssh_host_ed25519_key
+PidFile $dir/sshd.pid
+AuthorizedKeysFile $dir/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+MaxStartups 200:30:400
+MaxSessions 200
+AcceptEnv LANG LC_*
+Subsystem sftp internal-sftp
+EOF
+}
+
+rewrite_client_config() {
+  local dir name address port
+  : > "$client/ssh_config.tmp"
+  : > "$client/known_hosts.tmp"
+  for dir in "$base"/*/; do
+    [ -f "$dir/address" ] || continue
+    name="$(basename "$dir")"
+    read -r address port < "$dir/address"
+    cat >> "$client/ssh_config.tmp" <<EOF
+Host $name
+  HostName $address
+  Port $port
+  User root
+  IdentityFile $client/id_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile $client/known_hosts
+  StrictHostKeyChecking yes
+  HostKeyAlias $name
+  BatchMode yes
+
+EOF
+    printf '%s %s\n' "$name" "$(cut -d' ' -f1,2 "$dir/ssh_host_ed25519_key.pub")" >> "$client/known_hosts.tmp"
+  done
+  mv -f "$client/ssh_config.tmp" "$client/ssh_config"
+  mv -f "$client/known_hosts.tmp" "$client/known_hosts"
+}
+
+sshd_running() { [ -f "$1/sshd.pid" ] && kill -0 "$(cat "$1/sshd.pid")" 2>/dev/null; }
+
+up() {
+  local name="$1" address="$2" port="${3:-22}" dir
+  valid_name "$name"
+  [[ "$address" =~ ^127\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "address $address is not a loopback address (127.0.0.0/8)"
+  command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || die "sshd is missing: apt-get install openssh-server"
+  dir="$base/$name"
+  ensure_client
+  mkdir -p "$dir/root" /run/sshd
+  chmod 700 "$dir"
+  echo "$name" > "$dir/root/node"
+  echo "$address $port" > "$dir/address"
+  [ -f "$dir/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$dir/ssh_host_ed25519_key"
+  cp "$client/id_ed25519.pub" "$dir/authorized_keys"
+  write_sshd_config "$dir" "$address" "$port"
+  rewrite_client_config
+  if sshd_running "$dir"; then
+    echo "node $name: sshd already up on $address:$port"
+    return 0
+  fi
+  mkdir -p "$mountpoint"
+  unshare --mount --propagation private -- sh -c \
+    'mount --bind "$1" "$2" && exec /usr/sbin/sshd -f "$3"' sh "$dir/root" "$mountpoint" "$dir/sshd_config"
+  for _try in $(seq 50); do sshd_running "$dir" && break; sleep 0.1; done
+  sshd_running "$dir" || die "sshd of node $name did not start (see: /usr/sbin/sshd -t -f $dir/sshd_config)"
+  echo "node $name: sshd up on $address:$port, state in $dir/root"
+}
+
+down() {
+  local name="$1" dir vmid
+  valid_name "$name"
+  dir="$base/$name"
+  [ -d "$dir" ] || { echo "node $name: not up"; return 0; }
+  if sshd_running "$dir"; then
+    for vmid in $(ssh -F "$client/ssh_config" "$name" pct list 2>/dev/null | awk 'NR > 1 { print $1 }'); do
+      ssh -F "$client/ssh_config" "$name" pct destroy "$vmid" --force || true
+    done
+    kill "$(cat "$dir/sshd.pid")" 2>/dev/null || true
+  fi
+  rm -rf "$dir"
+  rewrite_client_config
+  echo "node $name: down"
+}
+
+case "${1:-}" in
+  up) [ "$#" -ge 3 ] || die "usage: node.sh up NAME ADDRESS [PORT]"; up "$2" "$3" "${4:-22}" ;;
+  down) [ "$#" -eq 2 ] || die "usage: node.sh down NAME"; down "$2" ;;
+  ssh-config) ensure_client; echo "$client/ssh_config" ;;
+  list) for d in "$base"/*/; do [ -f "$d/address" ] && sshd_running "$d" && echo "$(basename "$d") $(cat "$d/address")"; done; true ;;
+  *) die "usage: node.sh up NAME ADDRESS [PORT] | down NAME | ssh-config | list" ;;
+esac
