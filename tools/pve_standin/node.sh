@@ -107,6 +107,7 @@ up() {
     return 0
   fi
   mkdir -p "$mountpoint"
+  # shellcheck disable=SC2016  # $1, $2 and $3 are expanded by the inner sh
   unshare --mount --propagation private -- sh -c \
     'mount --bind "$1" "$2" && exec /usr/sbin/sshd -f "$3"' sh "$dir/root" "$mountpoint" "$dir/sshd_config"
   for _try in $(seq 50); do sshd_running "$dir" && break; sleep 0.1; done

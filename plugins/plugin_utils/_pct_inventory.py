@@ -1,0 +1,414 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure helpers of the ``trainops.pct_launch.pct_containers`` inventory plugin.
+
+Controller-only. Parses the output of ``pct list`` and ``pct config VMID``, reads the ``nodes`` option,
+turns a container into host variables, and builds the argv lists run for a node. The argv lists are
+wrapped for a remote node by ``_pct_command`` (``ssh -T -o BatchMode=yes ... node -- 'env -i ...'``),
+the one place where commands for a node are assembled; nothing here is put together as a shell string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import string
+import typing as t
+import urllib.parse
+
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
+    PctOptionError,
+    PctTarget,
+    parse_node,
+    parse_ssh_args,
+    remote_command_line,
+    remote_environment,
+    ssh_argv,
+)
+
+LOCAL_NODE = "local"
+HOST_NAME_FIELDS = ("vmid", "hostname", "node")
+DEFAULT_HOST_NAME_FORMAT = "ct{vmid}"
+GROUP_PREFIX = "pct_"
+NODE_KEYS = ("name", "node_user", "ssh_args", "ssh_executable", "pct_path", "timeout")
+SHELL = "/bin/sh"
+# One ssh call for every config of a node: $1 is a marker no config line can equal, $2 the pct program.
+# A failed `pct config` is reported with its exit status; its message goes to stderr.
+CONFIG_BATCH_SCRIPT = """m=$1 pct=$2
+shift 2
+for id do
+  printf '\\n%s %s\\n' "$m" "$id"
+  "$pct" config "$id" || printf '\\n%s %s failed %s\\n' "$m" "$id" "$?"
+done"""
+
+# `pct list`: printf("%-10s %-10s %-12s %-20s\n", VMID, Status, Lock, Name); nothing at all without containers.
+_LOCK_COLUMN = 22
+_NAME_COLUMN = 35
+_VMID = re.compile(r"[0-9]+")
+_CONFIG_LINE = re.compile(r"([A-Za-z0-9_.-]+):\s*(.*)")
+_SECTION = re.compile(r"\[[^\]]*\]\s*")
+_NET_KEY = re.compile(r"net([0-9]+)")
+_TAG_SPLIT = re.compile(r"[;,\s]+")
+_GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*")
+_INT = re.compile(r"[0-9]+")
+_TOKEN = re.compile(r"\S+")
+_STATUS = re.compile(r"[a-z][a-z-]*")
+
+
+class PctInventoryError(ValueError):
+    """Output that cannot be parsed, or an unusable option value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSpec:
+    """A Proxmox node to list, and how to reach it (``remote`` False: the controller is the node)."""
+
+    name: str = LOCAL_NODE
+    remote: bool = False
+    node_user: str | None = None
+    ssh_executable: str = "ssh"
+    ssh_args: tuple[str, ...] = ()
+    pct_path: str = "pct"
+    timeout: int = 10
+
+    def describe(self) -> str:
+        """Human readable name, for messages."""
+        return f"node {self.name}" if self.remote else "the local node"
+
+    def target(self) -> PctTarget:
+        """The node as a ``PctTarget`` for ``_pct_command`` and ``_pct_errors`` (no container: vmid 0)."""
+        return PctTarget(
+            vmid=0,
+            pct_path=self.pct_path,
+            node=self.name if self.remote else None,
+            node_user=self.node_user,
+            ssh_executable=self.ssh_executable,
+            ssh_args=self.ssh_args,
+            timeout=self.timeout,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ListedContainer:
+    """One row of ``pct list``."""
+
+    vmid: int
+    status: str
+    lock: str
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PctConfig:
+    """``pct config VMID``: options (description decoded), raw ``lxc.*`` lines in order."""
+
+    options: dict[str, str]
+    lxc: tuple[tuple[str, str], ...] = ()
+
+
+# --- pct list -------------------------------------------------------------------------------------
+
+
+def _list_row(line: str) -> ListedContainer:
+    """One data row; a single token after the status is the lock or the name, told apart by its column."""
+    tokens = list(_TOKEN.finditer(line))
+    fields = [token.group(0) for token in tokens]
+    if not 2 <= len(fields) <= 4 or not _VMID.fullmatch(fields[0]) or not _STATUS.fullmatch(fields[1]):
+        raise PctInventoryError(f"unexpected line in the output of pct list: {line!r}")
+    lock, name = "", ""
+    if len(fields) == 4:
+        lock, name = fields[2], fields[3]
+    elif len(fields) == 3:
+        if _LOCK_COLUMN <= tokens[2].start() < _NAME_COLUMN:
+            lock = fields[2]
+        else:
+            name = fields[2]
+    return ListedContainer(vmid=int(fields[0]), status=fields[1], lock=lock, name=name)
+
+
+def parse_pct_list(text: str) -> list[ListedContainer]:
+    """Rows of ``pct list`` (empty output: no containers), sorted by VMID."""
+    rows: list[ListedContainer] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.split()[0] == "VMID":
+            continue
+        rows.append(_list_row(line))
+    return sorted(rows, key=lambda row: row.vmid)
+
+
+# --- pct config -----------------------------------------------------------------------------------
+
+
+def decode_text(value: str) -> str:
+    """Undo Proxmox's ``encode_text`` (control characters and ``:`` as ``%XX``)."""
+    return urllib.parse.unquote(value, errors="replace")
+
+
+def parse_pct_config(text: str) -> PctConfig:
+    """Parse ``pct config`` output, or a container's config file.
+
+    ``#`` lines are the description (config file form), ``lxc.*`` keys are raw LXC lines kept in order
+    (they may repeat), the first ``[section]`` (a snapshot, pending changes) ends the current config.
+    """
+    options: dict[str, str] = {}
+    lxc: list[tuple[str, str]] = []
+    comments: list[str] = []
+    for line in text.splitlines():
+        if _SECTION.fullmatch(line):
+            break
+        if line.startswith("#"):
+            comments.append(decode_text(line[1:]))
+            continue
+        match = _CONFIG_LINE.fullmatch(line.strip())
+        if not line.strip() or match is None:
+            continue
+        key, value = match.group(1), match.group(2).strip()
+        if key.startswith("lxc."):
+            lxc.append((key, value))
+        elif key == "description":
+            options[key] = decode_text(value)
+        else:
+            options[key] = value
+    if comments and "description" not in options:
+        options["description"] = "\n".join(comments)
+    return PctConfig(options=options, lxc=tuple(lxc))
+
+
+def parse_property_string(value: str) -> dict[str, str]:
+    """``name=eth0,bridge=vmbr0,ip=10.0.0.5/24`` as a dict; items without ``=`` are ignored."""
+    result: dict[str, str] = {}
+    for item in value.split(","):
+        key, sep, val = item.partition("=")
+        if sep and key.strip():
+            result[key.strip()] = val.strip()
+    return result
+
+
+def networks(options: t.Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The ``netN`` options, parsed, in numeric order."""
+    keys = sorted((key for key in options if _NET_KEY.fullmatch(key)), key=lambda key: int(key[3:]))
+    return {key: parse_property_string(options[key]) for key in keys}
+
+
+def static_address(value: str | None) -> str | None:
+    """``10.0.0.5/24`` → ``10.0.0.5``; ``dhcp``, ``auto``, ``manual`` and nothing → None."""
+    if not value or value in ("dhcp", "auto", "manual"):
+        return None
+    return value.split("/", 1)[0] or None
+
+
+def first_addresses(nets: t.Mapping[str, t.Mapping[str, str]]) -> tuple[str | None, str | None]:
+    """The first static IPv4 and IPv6 address over ``net0``, ``net1``, ..."""
+    ip4 = next((addr for net in nets.values() if (addr := static_address(net.get("ip")))), None)
+    ip6 = next((addr for net in nets.values() if (addr := static_address(net.get("ip6")))), None)
+    return ip4, ip6
+
+
+def parse_tags(value: str | None) -> list[str]:
+    """Proxmox tags (``;`` separated; ``,`` and spaces accepted too), in order, without duplicates."""
+    tags: list[str] = []
+    for tag in _TAG_SPLIT.split(value or ""):
+        if tag and tag not in tags:
+            tags.append(tag)
+    return tags
+
+
+# --- batched pct config ---------------------------------------------------------------------------
+
+
+def split_config_batch(text: str, marker: str, vmids: t.Sequence[int]) -> tuple[dict[int, str], dict[int, str]]:
+    """Split the output of ``config_batch_argv``: (config text per VMID, failure cause per VMID).
+
+    A VMID without its own section (the script was cut short) is a failure too.
+    """
+    sections: dict[int, list[str]] = {}
+    failures: dict[int, str] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        fields = line[len(marker) + 1:].split(" ") if line.startswith(marker + " ") else None
+        if fields and len(fields) == 1 and _VMID.fullmatch(fields[0]):
+            current = sections.setdefault(int(fields[0]), [])
+        elif fields and len(fields) == 3 and fields[1] == "failed" and _VMID.fullmatch(fields[0]):
+            failures[int(fields[0])] = f"pct config {fields[0]} exited with status {fields[2]}"
+            current = None
+        elif current is not None:
+            current.append(line)
+    configs = {vmid: "\n".join(lines) + "\n" for vmid, lines in sections.items() if vmid not in failures}
+    for vmid in vmids:
+        if vmid not in configs and vmid not in failures:
+            failures[vmid] = f"no output of pct config {vmid}"
+    return configs, failures
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def list_argv(pct_path: str) -> list[str]:
+    """``pct list`` as run on the node."""
+    return [pct_path, "list"]
+
+
+def config_batch_argv(pct_path: str, vmids: t.Sequence[int], marker: str) -> list[str]:
+    """One process on the node running ``pct config`` for every VMID (``CONFIG_BATCH_SCRIPT``)."""
+    return [SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", marker, pct_path, *(str(vmid) for vmid in vmids)]
+
+
+def node_command(spec: NodeSpec, argv: t.Sequence[str]) -> list[str]:
+    """argv to run on the controller: ``argv`` itself for the local node, else wrapped in ``ssh -T``."""
+    if not spec.remote:
+        return list(argv)
+    target = spec.target()
+    return ssh_argv(target, remote_command_line(argv, remote_environment(target)))
+
+
+# --- options --------------------------------------------------------------------------------------
+
+
+def _node_entry(entry: object) -> dict[str, t.Any]:
+    """A ``nodes`` entry as a dict with at least ``name``."""
+    if isinstance(entry, str):
+        return {"name": entry}
+    if not isinstance(entry, t.Mapping):
+        raise PctInventoryError(f"invalid entry {entry!r} in nodes: expected a node name or a dictionary with 'name'")
+    unknown = sorted(set(entry) - set(NODE_KEYS))
+    if unknown:
+        raise PctInventoryError(f"unknown key(s) {', '.join(map(str, unknown))} in nodes entry {dict(entry)!r}; known: {', '.join(NODE_KEYS)}")
+    if not entry.get("name"):
+        raise PctInventoryError(f"nodes entry {dict(entry)!r} has no name")
+    return dict(entry)
+
+
+def _timeout(value: object) -> int:
+    """A positive number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not _INT.fullmatch(str(value).strip()) or int(value) < 1:
+        raise PctInventoryError(f"invalid timeout {value!r}: expected a positive integer (seconds)")
+    return int(value)
+
+
+def _node_spec(entry: dict[str, t.Any], defaults: t.Mapping[str, t.Any]) -> NodeSpec:
+    """One node from its entry, options missing there taken from ``defaults``."""
+    merged = {key: entry[key] if entry.get(key) not in (None, "") else defaults.get(key) for key in NODE_KEYS}
+    name = str(merged["name"]).strip()
+    try:
+        node = None if name == LOCAL_NODE else parse_node(name)
+    except PctOptionError as exc:
+        raise PctInventoryError(f"invalid node name {name!r} in nodes: expected a host name or address for ssh (no spaces, no leading '-')") from exc
+    try:
+        ssh_args = parse_ssh_args(merged["ssh_args"])
+    except PctOptionError as exc:
+        raise PctInventoryError(f"invalid ssh_args for node {name}: {exc.__cause__ or exc}") from exc
+    return NodeSpec(
+        name=name,
+        remote=node is not None,
+        node_user=str(merged["node_user"]) if merged["node_user"] else None,
+        ssh_executable=str(merged["ssh_executable"] or "ssh"),
+        ssh_args=ssh_args,
+        pct_path=str(merged["pct_path"] or "pct"),
+        timeout=_timeout(merged["timeout"] if merged["timeout"] is not None else 10),
+    )
+
+
+def parse_nodes(value: object, defaults: t.Mapping[str, t.Any]) -> list[NodeSpec]:
+    """The ``nodes`` option: names or dicts; empty means the local node only. Names must be unique."""
+    if value in (None, "", []):
+        value = [LOCAL_NODE]
+    if isinstance(value, (str, t.Mapping)) or not isinstance(value, t.Sequence):
+        raise PctInventoryError(f"invalid nodes {value!r}: expected a list of node names or dictionaries")
+    specs = [_node_spec(_node_entry(entry), defaults) for entry in value]
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise PctInventoryError(f"node {spec.name} is listed twice in nodes")
+        seen.add(spec.name)
+    return specs
+
+
+def check_host_name_format(fmt: str) -> str:
+    """Validate ``hostname_format``: only the plain fields ``{vmid}``, ``{hostname}`` and ``{node}``."""
+    try:
+        fields = [parsed[1] for parsed in string.Formatter().parse(fmt) if parsed[1] is not None]
+    except ValueError as exc:
+        raise PctInventoryError(f"invalid hostname_format {fmt!r}: {exc}") from exc
+    bad = [field for field in fields if field not in HOST_NAME_FIELDS]
+    if bad or not fields:
+        raise PctInventoryError(f"invalid hostname_format {fmt!r}: use at least one of {{vmid}}, {{hostname}}, {{node}} and no other field")
+    return fmt
+
+
+def host_name(fmt: str, vmid: int, hostname: str, node: str) -> str:
+    """The inventory host name of a container; raises PctInventoryError when it is unusable."""
+    name = fmt.format(vmid=vmid, hostname=hostname, node=node)
+    if not _HOST_NAME.fullmatch(name):
+        raise PctInventoryError(f"hostname_format {fmt!r} gives the unusable host name {name!r} for container {vmid} on node {node}")
+    return name
+
+
+# --- host variables and groups --------------------------------------------------------------------
+
+
+def sanitize_group(name: str) -> str:
+    """A group name Ansible accepts without warnings: ``[A-Za-z0-9_]``, not starting with a digit."""
+    safe = _GROUP_UNSAFE.sub("_", name)
+    return f"_{safe}" if safe[:1].isdigit() else safe
+
+
+def node_group(spec: NodeSpec) -> str:
+    """``pct_node_<name>``."""
+    return sanitize_group(f"{GROUP_PREFIX}node_{spec.name}")
+
+
+def status_group(status: str) -> str:
+    """``pct_running``, ``pct_stopped``."""
+    return sanitize_group(f"{GROUP_PREFIX}{status}")
+
+
+def container_vars(spec: NodeSpec, listed: ListedContainer, config: PctConfig) -> dict[str, t.Any]:
+    """Host variables describing one container (identity and configuration, no connection settings)."""
+    options = config.options
+    nets = networks(options)
+    ip4, ip6 = first_addresses(nets)
+    hostvars: dict[str, t.Any] = {
+        "pct_vmid": listed.vmid,
+        "pct_status": listed.status,
+        "pct_lock": listed.lock,
+        "pct_hostname": options.get("hostname") or listed.name,
+        "pct_tags": parse_tags(options.get("tags")),
+        "pct_net": nets,
+        "pct_config": dict(options),
+    }
+    if spec.remote:
+        hostvars["pct_node"] = spec.name
+    for key in ("ostype", "arch"):
+        if options.get(key):
+            hostvars[f"pct_{key}"] = options[key]
+    for key in ("cores", "memory", "swap"):
+        if _INT.fullmatch(options.get(key, "")):
+            hostvars[f"pct_{key}"] = int(options[key])
+    if ip4:
+        hostvars["pct_ip"] = ip4
+    if ip6:
+        hostvars["pct_ip6"] = ip6
+    return hostvars
+
+
+def connection_vars(spec: NodeSpec, connection: str) -> dict[str, t.Any]:
+    """Variables for the pct connection; settings left at the connection's defaults are not set."""
+    hostvars: dict[str, t.Any] = {"ansible_connection": connection}
+    if spec.pct_path != "pct":
+        hostvars["pct_path"] = spec.pct_path
+    if not spec.remote:
+        return hostvars
+    if spec.node_user:
+        hostvars["pct_node_user"] = spec.node_user
+    if spec.ssh_args:
+        hostvars["pct_ssh_args"] = shlex.join(spec.ssh_args)
+    if spec.ssh_executable != "ssh":
+        hostvars["pct_ssh_executable"] = spec.ssh_executable
+    if spec.timeout != 10:
+        hostvars["pct_timeout"] = spec.timeout
+    return hostvars
