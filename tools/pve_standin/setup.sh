@@ -38,6 +38,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# systemd in every container takes inotify instances from root's budget: the
+# default 128 runs out at about 25 running containers, and new ones never boot.
+if [ "$(cat /proc/sys/fs/inotify/max_user_instances)" -lt 1024 ]; then
+  sysctl -q -w fs.inotify.max_user_instances=1024
+fi
+
 ln -sfn "$here/pct" /usr/local/sbin/pct
 say "pct is $(readlink -f /usr/local/sbin/pct)"
 
