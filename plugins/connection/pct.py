@@ -43,6 +43,21 @@ options:
       - name: pct_node
     env:
       - name: ANSIBLE_PCT_NODE
+  node_address:
+    description:
+      - Host name or address that C(ssh) connects to for O(node), given to C(ssh) as C(-o HostName=...).
+        O(node) stays the destination, so the C(Host) entries of the ssh configuration for O(node)
+        (user, keys, C(ProxyJump), C(ControlPersist)) still apply.
+      - Set it when O(node) is the name of the node's inventory host and that name does not resolve,
+        for example to V({{ hostvars[pct_node].ansible_host }}), so that the connection and the tasks delegated
+        to the node reach the same machine.
+      - When not set, C(ssh) resolves O(node) itself (its configuration, then DNS).
+      - Only used when O(node) is set.
+    type: string
+    vars:
+      - name: pct_node_address
+    env:
+      - name: ANSIBLE_PCT_NODE_ADDRESS
   node_user:
     description:
       - User to log in to O(node) as with C(ssh). C(pct) needs root on the node.
@@ -215,6 +230,7 @@ class Connection(ConnectionBase):
                 vmid=parse_vmid(self.get_option("vmid")),
                 pct_path=self.get_option("pct_path") or "pct",
                 node=parse_node(self.get_option("node")),
+                node_address=parse_node(self.get_option("node_address"), "pct_node_address"),
                 node_user=self.get_option("node_user") or None,
                 ssh_executable=self.get_option("ssh_executable") or "ssh",
                 ssh_args=parse_ssh_args(self.get_option("ssh_args")),

@@ -51,7 +51,7 @@ CONTAINER_SHELL = "/bin/sh"
 # (--keep-env 1) except PATH: programs must not rely on that environment and set what they need.
 SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-_NOT_EXIST = re.compile(r"Configuration file 'nodes/[^'/]*/lxc/(\d+)\.conf' does not exist")
+_NOT_EXIST = re.compile(r"Configuration file 'nodes/([^'/]*)/lxc/(\d+)\.conf' does not exist")
 _NOT_RUNNING = re.compile(r"container '(\d+)' not running!?")
 _EXEC_FAILED = re.compile(r'Failed to exec "([^"]*)"')
 _NO_INIT_PID = "Failed to get init pid"
@@ -266,7 +266,7 @@ def _detail(text: str) -> str:
 
 def _names(pattern: t.Pattern[str], text: str, vmid: int) -> str | None:
     for match in pattern.finditer(text):
-        if int(match.group(1)) == vmid:
+        if int(match.group(pattern.groups)) == vmid:
             return match.group(0)
     return None
 
@@ -277,7 +277,10 @@ def classify(vmid: int, rc: int, stderr: str) -> PctError | None:
         return None
     line = _names(_NOT_EXIST, stderr, vmid)
     if line:
-        return ContainerNotFound(vmid, f"no such container on this node ({line}); check vmid and that the task runs on the node that hosts it", rc, stderr)
+        match = _NOT_EXIST.search(line)
+        node = f", {match.group(1)}" if match and match.group(1) else ""
+        return ContainerNotFound(vmid, f"no such container on this node{node} ({line}); check vmid and that the task runs on the node "
+                                 "that hosts it (delegate_to: the container's pct_node)", rc, stderr)
     line = _names(_NOT_RUNNING, stderr, vmid)
     if line or (rc == 1 and _NO_INIT_PID in stderr):
         return ContainerNotRunning(vmid, f"the container is not running ({line or _NO_INIT_PID}); start it with 'pct start {vmid}'", rc, stderr)

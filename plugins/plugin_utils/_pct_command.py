@@ -47,6 +47,7 @@ class PctTarget:
     vmid: int
     pct_path: str = "pct"
     node: str | None = None
+    node_address: str | None = None
     node_user: str | None = None
     ssh_executable: str = "ssh"
     ssh_args: tuple[str, ...] = ()
@@ -84,12 +85,12 @@ def parse_vmid(value: object) -> int:
     return vmid
 
 
-def parse_node(value: object) -> str | None:
-    """Return the node name (None: the controller is the node) or raise PctOptionError."""
+def parse_node(value: object, variable: str = "pct_node") -> str | None:
+    """Return the node name (None: the controller is the node) or raise PctOptionError naming ``variable``."""
     if value is None or value == "":
         return None
     if not isinstance(value, str) or value.startswith("-") or any(c.isspace() for c in value):
-        raise PctOptionError(f"Invalid node {value!r}: pct_node must be a host name or address for ssh (no spaces, no leading '-')")
+        raise PctOptionError(f"Invalid node {value!r}: {variable} must be a host name or address for ssh (no spaces, no leading '-')")
     return value
 
 
@@ -154,6 +155,9 @@ def ssh_argv(target: PctTarget, remote_line: str) -> list[str]:
     if target.node is None:
         raise ValueError("ssh_argv needs a remote node")
     argv = [target.ssh_executable, "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={target.timeout}"]
+    if target.node_address:
+        # The node's name stays the destination, so its Host entries in the ssh configuration still apply.
+        argv += ["-o", "HostName=" + target.node_address.replace("%", "%%")]
     if target.node_user:
         argv += ["-l", target.node_user]
     argv += [*target.ssh_args, target.node, "--", remote_line]

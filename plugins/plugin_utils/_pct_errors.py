@@ -27,6 +27,14 @@ _NO_INIT_PID = "Failed to get init pid"
 # GNU env on a remote node could not run pct (exit 127 not found, 126 not executable).
 _ENV_FAILED = re.compile(r"^env: .*(No such file or directory|Permission denied)", re.MULTILINE)
 _MAX_DETAIL = 400
+# ssh's own failures (exit status 255), by kind: each gets its own cause and advice.
+_SSH_HOST_KEY = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|host key is known for")
+_SSH_HOST_KEY_CHANGED = re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key for \S+ has changed")
+_SSH_AUTH = re.compile(r"Permission denied \(|Too many authentication failures|No more authentication methods")
+_SSH_CONNECT = re.compile(
+    r"Connection refused|Connection timed out|timed out during banner exchange|No route to host|Network is unreachable"
+    r"|Could not resolve hostname|Name or service not known|kex_exchange_identification|Connection closed by|Connection reset"
+)
 
 
 def _detail(text: str) -> str:
@@ -61,12 +69,31 @@ def _pct_cause(target: PctTarget, rc: int, text: str) -> str | None:
     return None
 
 
+def _ssh_cause(target: PctTarget, text: str) -> str:
+    """What went wrong in ssh itself, with the advice for that kind of failure."""
+    detail = _detail(text)
+    node = target.describe_node()
+    if _SSH_HOST_KEY_CHANGED.search(text):
+        return (f"the host key of {node} does not match known_hosts, so ssh refused it (host key checking is on): {detail}; "
+                "if the node's key really changed (reinstalled), check the new key's fingerprint and replace the old entry (ssh-keygen -R)")
+    if _SSH_HOST_KEY.search(text):
+        return (f"the host key of {node} is not known, so ssh refused it (host key checking is on): {detail}; "
+                "check the node's key fingerprint and add it to known_hosts")
+    if _SSH_AUTH.search(text):
+        return (f"ssh could not log in to {node}: {detail}; check pct_node_user and that the key ssh offers "
+                "(IdentityFile, -i in pct_ssh_args, or the agent) is authorized there; ssh runs with BatchMode=yes, so no password prompt")
+    if _SSH_CONNECT.search(text):
+        return (f"{node} cannot be reached: {detail}; check that it is up "
+                "and that pct_node, pct_node_address or the ssh configuration (HostName, Port, ProxyJump) point to it")
+    return detail or "no error message"
+
+
 def _transport_cause(target: PctTarget, rc: int, text: str) -> str | None:
     """Causes reported by ssh or by env on a remote node."""
     if not target.is_remote:
         return None
     if rc == 255:
-        return f"ssh could not run pct on {target.describe_node()} (exit status 255): {_detail(text) or 'no error message'}"
+        return f"ssh could not run pct on {target.describe_node()} (exit status 255): {_ssh_cause(target, text)}"
     if rc in (126, 127) and _ENV_FAILED.search(text):
         return pct_not_found_cause(target, _detail(text))
     return None

@@ -113,3 +113,14 @@ def private_node(tmp_path: Path) -> Iterator[StandinNode]:
 def lines(output: bytes) -> Sequence[str]:
     """Decode command output into lines."""
     return output.decode("utf-8", "replace").splitlines()
+
+
+# ---------------------------------------------------------------------------
+# Simulated remote Proxmox VE nodes over SSH (tests/integration/nodes.py):
+# session fixture ``remote_nodes``, nodes pve-a and pve-b each with its own sshd.
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def remote_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Simulated remote nodes pve-a and pve-b (a ``nodes.RemoteNodes``): see tests/integration/nodes.py."""
+    from .nodes import remote_nodes_session  # pylint: disable=import-outside-toplevel  # nodes.py imports this module
+    yield from remote_nodes_session(tmp_path_factory)

@@ -186,3 +186,8 @@ def test_environment_keeps_the_callers_and_adds_sbin(monkeypatch: pytest.MonkeyP
     assert env["PATH"].startswith("/opt/x:") and "/usr/sbin" in env["PATH"]
     assert env["PVE_STANDIN_ROOT"] == "/tmp/node"
     assert os.environ["PATH"] == "/opt/x"
+
+
+def test_not_found_message_names_the_node() -> None:
+    error = _pct.classify(201, 2, "Configuration file 'nodes/pve-b/lxc/201.conf' does not exist")
+    assert error is not None and error.cause.startswith("no such container on this node, pve-b (Configuration file 'nodes/pve-b/lxc/201.conf'")

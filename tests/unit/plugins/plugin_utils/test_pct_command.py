@@ -147,6 +147,15 @@ def test_ssh_argv_without_user_and_local_target() -> None:
         ssh_argv(PctTarget(vmid=200), "true")
 
 
+def test_ssh_argv_node_address_keeps_node_as_destination() -> None:
+    argv = ssh_argv(PctTarget(vmid=200, node="pve-a", node_address="fe80::1%eth0", node_user="root"), "true")
+    assert argv == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "HostName=fe80::1%%eth0", "-l", "root",
+                    "pve-a", "--", "true"]
+    assert parse_node("192.0.2.11", "pct_node_address") == "192.0.2.11"
+    with pytest.raises(PctOptionError, match="pct_node_address"):
+        parse_node("-oProxyCommand=x", "pct_node_address")
+
+
 @given(ARGV)
 @settings(max_examples=300)
 def test_remote_line_round_trips_through_shlex(argv: list[str]) -> None:

@@ -56,8 +56,31 @@ def test_command_failures_are_not_pct_failures(target: PctTarget, rc: int, stder
 def test_ssh_failure_only_for_remote_nodes() -> None:
     stderr = b"ssh: connect to host pve1 port 22: Connection refused\r\n"
     cause = diagnose(REMOTE, 255, stderr)
-    assert cause == "ssh could not run pct on node pve1 (exit status 255): ssh: connect to host pve1 port 22: Connection refused"
+    assert cause is not None
+    assert cause.startswith("ssh could not run pct on node pve1 (exit status 255): node pve1 cannot be reached: "
+                            "ssh: connect to host pve1 port 22: Connection refused; check that it is up")
     assert diagnose(LOCAL, 255, stderr) is None
+
+
+@pytest.mark.parametrize(
+    "stderr, expected",
+    [
+        (b"root@10.0.0.1: Permission denied (publickey).\r\n", "ssh could not log in to node pve1: root@10.0.0.1: Permission denied (publickey)."),
+        (b"@@@\r\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\r\nOffending ED25519 key in /k:1\r\n"
+         b"Host key for pve1 has changed and you have requested strict checking.\r\nHost key verification failed.\r\n",
+         "the host key of node pve1 does not match known_hosts, so ssh refused it (host key checking is on): Offending ED25519 key in /k:1 | "
+         "Host key for pve1 has changed"),
+        (b"No ED25519 host key is known for pve1 and you have requested strict checking.\r\nHost key verification failed.\r\n",
+         "the host key of node pve1 is not known, so ssh refused it (host key checking is on): No ED25519 host key is known for pve1"),
+        (b"Host key verification failed.\r\n", "the host key of node pve1 is not known, so ssh refused it"),
+        (b"ssh: Could not resolve hostname pve1: Name or service not known\r\n", "node pve1 cannot be reached: ssh: Could not resolve"),
+        (b"something else\n", "(exit status 255): something else"),
+        (b"", "(exit status 255): no error message"),
+    ],
+)
+def test_ssh_failure_kinds(stderr: bytes, expected: str) -> None:
+    cause = diagnose(REMOTE, 255, stderr)
+    assert cause is not None and expected in cause
 
 
 @pytest.mark.parametrize("stderr", [b"env: 'pct': No such file or directory\n", "env: \u2018pct\u2019: No such file or directory\n".encode()])
