@@ -140,7 +140,7 @@ def find_pane(session):
     out = tmux("display-message", "-p", "-t", "=" + session + ":", "#{pane_pid}\037#{pane_dead}\037#{@trainops_log}")
     if out is None:
         return "tmux_missing", None, ""
-    fields = out.split("\037")
+    fields = out.split("\037", 2)  # the log path, last, may hold a \037
     if len(fields) != 3 or not fields[0].isdigit():
         return "absent", None, ""
     if fields[1] == "1":
@@ -298,11 +298,16 @@ def report(verdict, line, log, offset, size, session, pid, exit_info, started):
 
 def recorded_log(session):
     try:
+        with open("/run/trainops/%s/log_path" % session, "rb") as handle:
+            return handle.read(65536).decode("utf-8", "surrogateescape")
+    except OSError:
+        pass
+    try:
         with open("/run/trainops/%s/run.sh" % session, "rb") as handle:
             text = handle.read(65536).decode("utf-8", "surrogateescape")
     except OSError:
         return ""
-    for line in text.splitlines():
+    for line in text.split("\n"):
         if line.startswith("w_log="):
             try:
                 return (shlex.split(line[len("w_log="):]) or [""])[0]

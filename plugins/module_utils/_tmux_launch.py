@@ -92,6 +92,9 @@ def _log_path(value: str | None, required: bool) -> str | None:
     path = _absolute("log_path", value, required)
     if path is not None and (path.endswith("/") or posixpath.basename(path) in (".", "..")):
         raise SpecError(f"Invalid log_path {value!r}: use the absolute path of a file, not of a directory")
+    if path is not None and "\n" in path:
+        # wait_for_log and tmux_session_info refuse such a log_path, and /run/trainops/NAME/log_path could not keep it
+        raise SpecError(f"Invalid log_path {value!r}: it contains a newline; use a path without newlines")
     return path
 
 
@@ -316,10 +319,19 @@ def build_program(spec: LaunchSpec, check_mode: bool = False, salt: str | None =
     return "\n".join(parts)
 
 
+def output_lines(stdout: str) -> list[str]:
+    """The lines of a program's output: split at "\\n" only, the "\\r" a terminal adds removed.
+
+    Not ``str.splitlines``: it also splits at U+0085, U+2028, U+2029 (and \\v, \\f, \\x1c-\\x1e), which a
+    percent-encoded VALUE keeps as they are.
+    """
+    return [line.rstrip("\r") for line in stdout.split("\n")]
+
+
 def parse_output(stdout: str) -> dict[str, str]:
     """``trainops:KEY=VALUE`` lines as a dict (percent-decoded; the last value of a key wins)."""
     facts: dict[str, str] = {}
-    for line in stdout.splitlines():
+    for line in output_lines(stdout):
         if line.startswith("trainops:") and "=" in line:
             key, _sep, value = line[len("trainops:"):].partition("=")
             facts[key] = unquote_to_bytes(value.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")

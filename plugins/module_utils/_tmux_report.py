@@ -17,7 +17,7 @@ import shlex
 import typing as t
 from urllib.parse import unquote_to_bytes
 
-SESSION_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SESSION_NAME_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")  # \Z: "$" would accept a trailing newline
 PREFIX = "trainops:"
 MAX_LINE_BYTES = 4000
 VMID_MIN = 100
@@ -48,7 +48,7 @@ export PATH
 ENC='""" + AWK_ENC + r"""'
 kv() {
   case $2 in
-    *[!A-Za-z0-9_./:@+=,-]*) printf '%s' "$2" | awk -v k="$1" "$ENC"'
+    *[!A-Za-z0-9_./:@+=,-]*) printf '%s\n' "$2" | awk -v k="$1" "$ENC"'
 { v = v (NR > 1 ? "%0A" : "") enc($0) } END { print "trainops:" k "=" v }' ;;
     *) printf 'trainops:%s=%s\n' "$1" "$2" ;;
   esac
@@ -73,18 +73,20 @@ exitfile() {
 }
 """
 
-# Facts of the tmux sessions; fields separated by \037 (unit separator) in one display-message.
+# Facts of the tmux sessions; fields separated by \037 (unit separator) in one display-message. Only the last
+# field may hold a \037 (a log path can: it is asked for on its own, here only whether it is set).
 _INFO_BODY = r"""
 F1='#{session_name}\037#{pane_pid}\037#{pane_dead}\037#{pane_dead_status}\037#{session_created}\037'
-F2='#{@trainops_log}\037#{@trainops_started_at}\037#{@trainops_command}\037#{pane_start_command}'
+F2='#{?@trainops_log,1,0}\037#{@trainops_started_at}\037#{@trainops_command}\037#{pane_start_command}'
 FIELDS=$(printf "$F1$F2")
 tsession() {
   tm display-message -p -t "$1" "$FIELDS" 2>/dev/null | awk -v RS="$(printf '\036')" "$ENC"'
 { sub(/\n$/, ""); n = split($0, f, "\037"); if (n < 9 || f[1] == "") exit 1
+  for (i = 10; i <= n; i++) f[9] = f[9] "\037" f[i]
   print "trainops:session=" enc(f[1]); print "trainops:in_tmux=1"
   print "trainops:pane_pid=" enc(f[2]); print "trainops:pane_dead=" enc(f[3])
   print "trainops:pane_dead_status=" enc(f[4]); print "trainops:created=" enc(f[5])
-  print "trainops:managed=" (f[6] == "" ? 0 : 1); print "trainops:started_at=" enc(f[7])
+  print "trainops:managed=" (f[6] == "1" ? 1 : 0); print "trainops:started_at=" enc(f[7])
   print "trainops:command=" enc(f[8] == "" ? f[9] : f[8]); found = 1 }
 END { exit found ? 0 : 1 }'
 }
@@ -172,7 +174,9 @@ def decode_value(value: str) -> str:
 def parse_records(stdout: str) -> list[tuple[str, str]]:
     """The ``trainops:KEY=VALUE`` lines of ``stdout`` as (key, decoded value) pairs, in order."""
     records = []
-    for line in stdout.splitlines():
+    # "\n" only: str.splitlines would also split at U+0085, U+2028 and U+2029, which VALUEs keep raw
+    for line in stdout.split("\n"):
+        line = line.rstrip("\r")
         if line.startswith(PREFIX) and "=" in line:
             key, _sep, value = line[len(PREFIX):].partition("=")
             records.append((key, decode_value(value)))

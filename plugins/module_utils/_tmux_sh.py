@@ -36,7 +36,7 @@ PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 t_emit() { printf 'trainops:%s=%s\n' "$1" "$2"; }
 t_emit_enc() {
-  printf '%s' "$2" | LC_ALL=C awk -v k="$1" 'BEGIN { for (i = 1; i < 32; i++) e[sprintf("%c", i)] = sprintf("%%%02X", i)
+  printf '%s\n' "$2" | LC_ALL=C awk -v k="$1" 'BEGIN { for (i = 1; i < 32; i++) e[sprintf("%c", i)] = sprintf("%%%02X", i)
     e["%"] = "%25"; e[sprintf("%c", 127)] = "%7F"; printf "trainops:%s=", k }
   { if (NR > 1) printf "%%0A"; n = length($0); for (i = 1; i <= n; i++) { c = substr($0, i, 1); printf "%s", ((c in e) ? e[c] : c) } }
   END { printf "\n" }'
@@ -116,7 +116,9 @@ t_probe() {
   if [ "$t_tmux_missing" = 0 ] && t_tmux has-session -t "=$t_name" 2>/dev/null; then
     t_i=$(t_tmux display-message -p -t "=$t_name:" '#{pane_dead}:#{pane_pid}:#{@trainops_spec}:#{@trainops_started_at}' 2>/dev/null) || t_i=
     t_dead=${t_i%%:*}; t_i=${t_i#*:}; t_pane_pid=${t_i%%:*}; t_i=${t_i#*:}; t_rspec=${t_i%%:*}; t_rstarted=${t_i#*:}
-    t_rlog=$(t_tmux show-options -v -t "=$t_name:" @trainops_log 2>/dev/null) || t_rlog=
+    t_rlog=$(t_tmux -u show-options -v -t "=$t_name:" @trainops_log 2>/dev/null) || t_rlog=
+    # Byte-exact from the file this launch wrote (tmux prints "_" for non-ASCII and control bytes without -u).
+    if [ -n "$t_rlog" ] && [ -f "$t_dir/log_path" ]; then t_rlog=$(cat "$t_dir/log_path"); fi
     if [ "$t_dead" = 1 ]; then t_dead_session=1; else t_running=1; fi
   fi
   t_l=${t_log:-$t_rlog}

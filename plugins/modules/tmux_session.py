@@ -32,6 +32,7 @@ description:
     (environment values are never shown); use O(state=restarted) to replace it.
   - Concurrent launches of one session name in one container are serialised with a lock in C(/run/trainops/NAME), so
     exactly one job starts.
+  - O(chdir), O(venv) and O(log_path) are paths inside the container, taken literally (no C(~) or C($VAR) expansion on the node).
   - See C(docs/launch-protocol.md) in the collection for the files it writes and the tmux options it sets.
 options:
   vmid:
@@ -59,7 +60,7 @@ options:
   chdir:
     description:
       - Absolute path of the directory the job starts in. Default is the home directory of O(user) (C(/root) for root).
-    type: path
+    type: str
   env:
     description:
       - Environment variables for the job. Values are passed byte-exact and never appear on a process list,
@@ -70,7 +71,7 @@ options:
     description:
       - Absolute path of a Python virtual environment to activate for the job
         (C(VIRTUAL_ENV) is set and its C(bin) is put first in C(PATH)).
-    type: path
+    type: str
   user:
     description:
       - Run the job as this user of the container (with C(setpriv --reuid --regid --init-groups) when available,
@@ -78,9 +79,9 @@ options:
     type: str
   log_path:
     description:
-      - Absolute path of the job's log inside the container. Its directory must exist.
+      - Absolute path of the job's log inside the container. Its directory must exist. It must not contain a newline.
       - Required when O(state) is V(started) or V(restarted).
-    type: path
+    type: str
   log_mode:
     description:
       - What happens to an existing log when a new run starts.
@@ -261,11 +262,11 @@ ARGUMENT_SPEC = dict(
     session_name=dict(type="str", required=True),
     command=dict(type="str"),
     argv=dict(type="list", elements="str"),
-    chdir=dict(type="path"),
+    chdir=dict(type="str"),
     env=dict(type="dict", no_log=True),
-    venv=dict(type="path"),
+    venv=dict(type="str"),
     user=dict(type="str"),
-    log_path=dict(type="path"),
+    log_path=dict(type="str"),
     log_mode=dict(type="str", choices=["rotate", "append", "fail_if_exists"], default="rotate"),
     log_keep=dict(type="int", default=5),
     state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
