@@ -140,11 +140,12 @@ def test_healthy_job_one_pct_call(private_ct: tuple[StandinNode, str, Path], tmp
 def test_log_appears_late_but_in_time(ct: int, standin: StandinNode, tmp_path: Path) -> None:
     name = name_for("late")
     log = f"/w/{name}.log"
-    standin.sh(ct, f"mkdir -p /w; tmux new-session -d -s {name} 'sleep 12; echo ready > {log}; sleep 300'")
+    # 25 s: past the first 10 s chunk even when ansible-playbook itself starts slowly on a loaded machine.
+    standin.sh(ct, f"mkdir -p /w; tmux new-session -d -s {name} 'sleep 25; echo ready > {log}; sleep 300'")
     pct_path, calls = counting_pct(tmp_path)
-    proc, r = playbook(tmp_path, [wait_task(vmid=ct, session_name=name, log_path=log, pattern="^ready$", timeout=60, pct_path=pct_path)])
+    proc, r = playbook(tmp_path, [wait_task(vmid=ct, session_name=name, log_path=log, pattern="^ready$", timeout=90, pct_path=pct_path)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert r["verdict"] == "started" and r["pct_calls"] == 2 and len(exec_calls(calls)) == 2
+    assert r["verdict"] == "started" and r["pct_calls"] >= 2 and len(exec_calls(calls)) == r["pct_calls"]
     assert f"[localhost] wait_for_log {name} in container {ct}: 1" in proc.stdout and "log missing, session alive" in proc.stdout
 
 
