@@ -17,7 +17,7 @@ description:
   - Each session has a RV(sessions[].state) as docs/launch-protocol.md of the collection defines it, its pane process,
     command, start time, exit status and end time when it finished, and the last O(lines) lines of its log.
   - Sessions of M(trainops.pct_launch.tmux_session) that are no longer in tmux are found through
-    C(/run/trainops/NAME/run.sh) in the container (gone after a container restart), or with O(session_name) and O(log_path).
+    C(/run/trainops/NAME/log_path) in the container (gone after a container restart), or with O(session_name) and O(log_path).
   - Runs on the Proxmox node and makes exactly one C(pct exec VMID -- /bin/sh -s) per call, never with a terminal.
     Needs only a POSIX sh, C(awk) and C(tail) in the container.
   - When tmux is not installed in the container or no tmux server runs, the result lists no running session; this is not an error.
