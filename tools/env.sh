@@ -9,7 +9,10 @@
 _trainops_root="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/.." && pwd)"
 export TRAINOPS_ROOT="$_trainops_root"
 export TRAINOPS_VENV="${TRAINOPS_VENV:-$_trainops_root/.venv}"
-export TRAINOPS_COLLECTIONS="${TRAINOPS_COLLECTIONS:-${TMPDIR:-/tmp}/trainops-collections}"
+# One collections folder per checkout: two checkouts (a CI clone beside the
+# work tree) must not point each other's Ansible at the wrong code.
+_trainops_id="$(printf '%s' "$_trainops_root" | cksum | cut -d' ' -f1)"
+export TRAINOPS_COLLECTIONS="${TRAINOPS_COLLECTIONS:-${TMPDIR:-/tmp}/trainops-collections-$_trainops_id}"
 mkdir -p "$TRAINOPS_COLLECTIONS/ansible_collections/trainops"
 ln -sfn "$_trainops_root" "$TRAINOPS_COLLECTIONS/ansible_collections/trainops/pct_launch"
 export ANSIBLE_COLLECTIONS_PATH="$TRAINOPS_COLLECTIONS"
@@ -18,4 +21,4 @@ if [ -x "$TRAINOPS_VENV/bin/python" ]; then
   export PATH="$TRAINOPS_VENV/bin:$PATH"
   export VIRTUAL_ENV="$TRAINOPS_VENV"
 fi
-unset _trainops_root
+unset _trainops_root _trainops_id
