@@ -64,6 +64,19 @@ mkdir -p "$dest"
         tar --null --no-recursion --files-from=- -cf - |
         tar -C "$dest" -xf -
 )
+# Tracked files get the mode git records: a test run may have chmod'ed a file in
+# the work tree, but what ships (and what sanity must judge) is the committed mode.
+(
+    cd "$root"
+    git ls-files -s -z | while IFS= read -r -d '' entry; do
+        mode="${entry%% *}"
+        path="${entry#*$'\t'}"
+        case "$mode" in
+            100755) [ -f "$dest/$path" ] && chmod 0755 "$dest/$path" ;;
+            100644) [ -f "$dest/$path" ] && chmod 0644 "$dest/$path" ;;
+        esac
+    done
+)
 git -C "$dest" init --quiet
 git -C "$dest" add --all
 log "copied $(git -C "$dest" ls-files | wc -l) files to $dest"
