@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import detail, run_in_container
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.integration
 CT = 500
 CANARY = "/tmp/pwned-h500"
 BASE = "/h"
-SETTINGS = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+SETTINGS = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                     phases=[Phase.explicit, Phase.reuse, Phase.generate] + ([] if os.environ.get("HOSTILE_NO_SHRINK") else [Phase.shrink]))
 
 # Pieces that break naive quoting; the injections try to create CANARY-*.
@@ -238,6 +238,10 @@ def test_argv_env_chdir_and_log_path_arrive_byte_exact(ct: Container) -> None:
            dir_parts=st.lists(DIR_COMPONENT, min_size=1, max_size=2), log_dir=LOG_COMPONENT, log_name=LOG_COMPONENT,
            venv=st.none() | DIR_COMPONENT)
     def prop(items: list[str], env: dict[str, str], dir_parts: list[str], log_dir: str, log_name: str, venv: str | None) -> None:
+        # env is no_log: Ansible masks every occurrence of its values in a task's result (its standard
+        # behaviour), so a value that also stands in a path or an argv item would show masked there.
+        visible = [*items, *dir_parts, log_dir, log_name, venv or ""]
+        assume(not any(value and any(value in other for other in visible) for value in [*env.values(), "300"]))
         number = count("argv_env_paths")
         name = f"hx-{number}"
         chdir = BASE + "/d/" + "/".join(dir_parts)
