@@ -27,7 +27,6 @@ import typing as t
 from collections.abc import Iterator
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +35,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch i
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session, tmux_session_info, wait_for_log
 
+from ..module_main import run_main as invoke
 from .conftest import StandinNode
 
 pytestmark = pytest.mark.integration
@@ -166,15 +166,6 @@ def launch(args: dict[str, t.Any]) -> dict[str, t.Any]:
     return outcome
 
 
-def invoke(module: t.Any, args: dict[str, t.Any]) -> dict[str, t.Any]:
-    """Run a module's main() in this process, as Ansible would on the node; return its result."""
-    buffer = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(buffer):
-        try:
-            module.main()
-        except SystemExit:
-            pass
-    return json.loads(buffer.getvalue())
 
 
 class Container:

@@ -36,11 +36,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import resolve_pct
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session, tmux_session_info, wait_for_log
 
+from ..module_main import run_main as invoke
 from .conftest import StandinNode
 
 pytestmark = pytest.mark.integration
@@ -108,13 +108,6 @@ class Watcher:
         self.thread.join()
 
 
-def invoke(module: t.Any, args: dict[str, t.Any]) -> dict[str, t.Any]:
-    """Run a module's main() in this process; return its result."""
-    buffer = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(buffer):
-        with contextlib.suppress(SystemExit):
-            module.main()
-    return json.loads(buffer.getvalue())
 
 
 def ct_sh(node: StandinNode, script: str, *args: str, input_data: bytes | None = None) -> bytes:
