@@ -16,9 +16,7 @@ Each property prints how many examples it tried (``pytest -s`` or ``-rP`` shows 
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import io
 import json
 import os
 import re
@@ -43,7 +41,8 @@ pytestmark = pytest.mark.integration
 CT = 500
 CANARY = "/tmp/pwned-h500"
 BASE = "/h"
-SETTINGS = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+SETTINGS = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "30")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                     phases=[Phase.explicit, Phase.reuse, Phase.generate] + ([] if os.environ.get("HOSTILE_NO_SHRINK") else [Phase.shrink]))
 
 # Pieces that break naive quoting; the injections try to create CANARY-*.
@@ -164,8 +163,6 @@ def launch(args: dict[str, t.Any]) -> dict[str, t.Any]:
     outcome = result(spec, facts, False)
     outcome.pop("diff")
     return outcome
-
-
 
 
 class Container:

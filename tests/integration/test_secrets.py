@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import io
 import json
 import os
 import secrets
@@ -106,8 +105,6 @@ class Watcher:
     def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.thread.join()
-
-
 
 
 def ct_sh(node: StandinNode, script: str, *args: str, input_data: bytes | None = None) -> bytes:
