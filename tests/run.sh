@@ -9,13 +9,18 @@
 #                container 200 (needs root; safe to run again)
 #   unit         pytest tests/unit
 #   integration  pytest tests/integration -m integration (real containers)
-#   molecule     molecule test, once per scenario under molecule/
-#   lint         tools/lint.sh (ansible-lint, profile production)
+#   compat       the oldest supported ansible-core (.venv-2.17, made by
+#                tools/bootstrap.sh --compat): pytest tests/unit/plugins, ansible-doc
+#                of every plugin, and the example launch with status and stop
+#                on a container of its own (tests/compat)
+#   molecule     molecule test of each scenario on each Debian release of
+#                MOLECULE_MATRIX (scenario:release ...)
+#   lint         tools/lint.sh (ansible-lint, profile production; changelog)
 #   sanity       tools/sanity.sh (ansible-test sanity, no ignore files)
 #
 # Usage: tests/run.sh [options] [stage...]
-#   With no stage, all stages run.  `integration` and `molecule` need the
-#   stand-in, so `setup` runs before them unless --no-setup is given.
+#   With no stage, all stages run.  `integration`, `compat` and `molecule`
+#   need the stand-in, so `setup` runs before them unless --no-setup is given.
 # Options:
 #   -k, --keep-going   run the remaining stages after a failure
 #   --no-setup         do not run setup implicitly
@@ -23,9 +28,11 @@
 # Environment:
 #   RUN_STAGE_TIMEOUT  seconds one stage may take (default 1500)
 #   PYTEST_ADDOPTS     extra pytest options (pytest reads it itself)
+#   MOLECULE_MATRIX    molecule runs (default: the tmux scenario on Debian 11,
+#                      12 and 13, the venv scenario on Debian 12)
 #
 # The last line is "total: N passed, N failed, N skipped", counting pytest
-# test cases, molecule scenarios, and setup/lint/sanity as one check each.
+# test cases, molecule runs, and setup/lint/sanity as one check each.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,13 +40,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/tools/env.sh"
 cd "$root" || exit 1
 
-all_stages=(setup unit integration molecule lint sanity)
+all_stages=(setup unit integration compat molecule lint sanity)
 stage_timeout="${RUN_STAGE_TIMEOUT:-1500}"
 keep_going=0
 implicit_setup=1
 requested=()
 
-usage() { sed -n '5,28s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '5,35s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 while [ "$#" -gt 0 ]; do
     case "$1" in
@@ -64,7 +71,7 @@ want() {
     for s in "${requested[@]}"; do [ "$s" = "$1" ] && return 0; done
     if [ "$1" = setup ] && [ "$implicit_setup" = 1 ]; then
         for s in "${requested[@]}"; do
-            case "$s" in integration | molecule) return 0 ;; esac
+            case "$s" in integration | compat | molecule) return 0 ;; esac
         done
     fi
     return 1
@@ -168,36 +175,72 @@ stage_setup() {
     stage_single setup bash "$script"
 }
 
+# Debian releases: 11 bullseye, 12 bookworm, 13 trixie.  The tmux role takes
+# about 1 min per release, the venv role about 2 min (apt, then pip).
+molecule_matrix="${MOLECULE_MATRIX:-tmux:bullseye tmux:bookworm tmux:trixie venv:bookworm}"
+
 stage_molecule() {
-    local scenarios=() dir name rc=0 ok=0 bad=0 failed_names=()
-    for dir in "$root"/molecule/*/; do
-        [ -f "$dir/molecule.yml" ] && scenarios+=("$(basename "$dir")")
-    done
-    if [ "${#scenarios[@]}" -eq 0 ]; then
-        stage_detail[molecule]="no scenarios found under molecule/: scenarios were expected"
+    local runs=() run name release rc=0 ok=0 bad=0 failed_names=() t0 timings=()
+    read -r -a runs <<<"$molecule_matrix"
+    if [ "${#runs[@]}" -eq 0 ]; then
+        stage_detail[molecule]="MOLECULE_MATRIX is empty: molecule runs were expected"
         total_failed=$((total_failed + 1))
         return 1
     fi
+    for run in "${runs[@]}"; do
+        name="${run%%:*}"
+        release="${run#*:}"
+        [ "$release" = "$run" ] && release=bookworm
+        if [ ! -f "$root/molecule/$name/molecule.yml" ]; then
+            stage_detail[molecule]="no scenario molecule/$name (MOLECULE_MATRIX entry $run)"
+            total_failed=$((total_failed + 1))
+            return 1
+        fi
+    done
     export MOLECULE_GLOB="molecule/*/molecule.yml"
-    for name in "${scenarios[@]}"; do
-        banner "molecule scenario $name"
+    for run in "${runs[@]}"; do
+        name="${run%%:*}"
+        release="${run#*:}"
+        [ "$release" = "$run" ] && release=bookworm
+        banner "molecule scenario $name on Debian $release"
+        t0=$SECONDS
         # Molecule's default working directory is keyed by the checkout's
         # base name only (~/.cache/molecule or ~/.ansible/tmp/molecule.<hash
         # of "main">.<scenario>): give each run its own.
-        if MOLECULE_EPHEMERAL_DIRECTORY="$logdir/molecule/$name" \
-            run_logged "$logdir/molecule-$name.log" molecule test --scenario-name "$name"; then
+        if MOLECULE_PCT_RELEASE="$release" MOLECULE_EPHEMERAL_DIRECTORY="$logdir/molecule/$name-$release" \
+            run_logged "$logdir/molecule-$name-$release.log" molecule test --scenario-name "$name"; then
             ok=$((ok + 1))
         else
             rc=$?
             bad=$((bad + 1))
-            failed_names+=("$name")
-            [ "$keep_going" = 1 ] || break
+            failed_names+=("$name:$release")
         fi
+        timings+=("$name:$release $((SECONDS - t0))s")
+        [ "$bad" -gt 0 ] && [ "$keep_going" = 0 ] && break
     done
     total_passed=$((total_passed + ok))
     total_failed=$((total_failed + bad))
-    stage_detail[molecule]="$ok of ${#scenarios[@]} scenarios passed (${scenarios[*]})"
+    stage_detail[molecule]="$ok of ${#runs[@]} runs passed (${timings[*]})"
     [ "$bad" -gt 0 ] && stage_detail[molecule]+="; failed: ${failed_names[*]}"
+    return "$rc"
+}
+
+# The oldest supported ansible-core, in its own venv (cached like .venv: the
+# stamp holds the hash of requirements-compat-2.17.txt), first on PATH.
+stage_compat() {
+    local venv="$root/.venv-2.17" requirements="$root/requirements-compat-2.17.txt" version
+    if ! run_logged "$logdir/compat-bootstrap.log" bash "$root/tools/bootstrap.sh" --compat; then
+        stage_detail[compat]="tools/bootstrap.sh --compat failed"
+        total_failed=$((total_failed + 1))
+        return 1
+    fi
+    version="$(sed -n 's/^ansible-core==\([0-9.]*\).*/\1/p' "$requirements")"
+    # -p tests.compat.ansible_polyfill: what the unit tests use from newer ansible-core
+    PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" TRAINOPS_EXPECT_ANSIBLE_CORE="$version" \
+        stage_pytest compat -p tests.compat.ansible_polyfill -m "not molecule" \
+        tests/unit/plugins tests/integration/test_plugin_docs.py tests/compat
+    local rc=$?
+    stage_detail[compat]="ansible-core $version: ${stage_detail[compat]}"
     return "$rc"
 }
 
@@ -206,6 +249,7 @@ run_stage() {
         setup) stage_setup ;;
         unit) stage_pytest unit tests/unit -m "not integration and not molecule" ;;
         integration) stage_pytest integration tests/integration -m integration ;;
+        compat) stage_compat ;;
         molecule) stage_molecule ;;
         lint) stage_single lint bash "$root/tools/lint.sh" ;;
         sanity) stage_single sanity bash "$root/tools/sanity.sh" ;;

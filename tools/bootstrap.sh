@@ -2,14 +2,22 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
 #
-# Create (or refresh) the development virtual environment .venv and install
-# requirements-dev.txt into it.  Idempotent: when .venv already holds exactly
-# what requirements-dev.txt asks for (a stamp file records the hash of the
-# requirements and of the interpreter), nothing is installed.
+# Create (or refresh) a virtual environment of the checkout and install a
+# requirements file into it.  Idempotent: when the venv already holds exactly
+# what the requirements file asks for (a stamp file records the hash of the
+# requirements and of the interpreter), nothing is installed.  Two bootstraps
+# at once (of any venv of this checkout) wait for each other.
+#
+# Usage: tools/bootstrap.sh [--compat] [--requirements FILE] [--venv DIR]
+#   (no option)           .venv from requirements-dev.txt: the development venv
+#   --compat              .venv-2.17 from requirements-compat-2.17.txt: the
+#                         oldest supported ansible-core (tests/run.sh compat)
+#   --requirements FILE   another requirements file
+#   --venv DIR            another venv directory (options win over TRAINOPS_VENV)
 #
 # Environment:
 #   PYTHON          interpreter that creates the venv (default: python3)
-#   TRAINOPS_VENV   venv directory (default: <checkout>/.venv)
+#   TRAINOPS_VENV   venv directory without --venv/--compat (default: <checkout>/.venv)
 #   BOOTSTRAP_FORCE set to 1 to reinstall even when the stamp matches
 set -euo pipefail
 
@@ -17,6 +25,30 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${TRAINOPS_VENV:-$root/.venv}"
 python="${PYTHON:-python3}"
 requirements="$root/requirements-dev.txt"
+
+usage() { sed -n '10,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --compat)
+            venv="$root/.venv-2.17"
+            requirements="$root/requirements-compat-2.17.txt"
+            ;;
+        --requirements)
+            [ "$#" -ge 2 ] || { usage >&2; exit 2; }
+            requirements="$(realpath "$2")"
+            shift
+            ;;
+        --venv)
+            [ "$#" -ge 2 ] || { usage >&2; exit 2; }
+            venv="$(realpath -m "$2")"
+            shift
+            ;;
+        -h | --help) usage; exit 0 ;;
+        *) echo "bootstrap: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+    shift
+done
 stamp="$venv/.trainops-bootstrap.stamp"
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
@@ -24,6 +56,19 @@ log() { printf 'bootstrap: %s\n' "$*" >&2; }
 if ! command -v "$python" >/dev/null 2>&1; then
     log "no $python on PATH (install python3 and python3-venv)"
     exit 1
+fi
+if [ ! -f "$requirements" ]; then
+    log "no requirements file $requirements"
+    exit 1
+fi
+
+# One bootstrap at a time per checkout (e.g. the compat stage and
+# tests/integration/test_release.py both asking for .venv-2.17): the lock is
+# the checkout's directory itself, so no lock file is left behind.
+exec 8<"$root"
+if ! flock --nonblock 8; then
+    log "another tools/bootstrap.sh is running in $root: waiting for it"
+    flock 8
 fi
 
 # A venv whose interpreter no longer runs (e.g. the base Python went away) is

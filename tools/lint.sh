@@ -3,7 +3,9 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 #
 # Run ansible-lint (profile production, configuration in .ansible-lint) over
-# the collection, offline: no Ansible Galaxy installs, no schema refresh.
+# the collection, offline: no Ansible Galaxy installs, no schema refresh; then
+# lint the changelog fragments and preview the next release's changelog
+# (tools/changelog.sh lint).
 #
 # Usage: tools/lint.sh [ansible-lint options or paths...]
 set -euo pipefail
@@ -25,5 +27,6 @@ cd "$root"
 started=$SECONDS
 status=0
 ansible-lint --offline --profile production --config-file "$root/.ansible-lint" "$@" || status=$?
+bash "$root/tools/changelog.sh" lint || status=$?
 echo "lint: finished with exit status $status in $((SECONDS - started)) s" >&2
 exit "$status"
