@@ -1,0 +1,104 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""Benchmark suite of trainops.pct_launch on the Proxmox VE stand-in (run it with benchmarks/run.sh).
+
+Brings up the simulated nodes pve-g and pve-h, 32 containers, measures, prints the table and
+writes it to benchmarks/results.md, then destroys the containers and stops the nodes.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from bench_cases import (LAUNCH_ONLY, MAIN, JOB_COMMAND, Row, breakdown_rows, count_rows, detection_rows, fanout_rows,
+                         job_vars, launch_runs, stop_sessions, wall_rows)
+from bench_env import BENCH, SHIPPED, Context
+from bench_overheads import overhead_rows
+from bench_report import conditions, render
+from bench_setup import log, set_up, tear_down
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Command line options."""
+    parser = argparse.ArgumentParser(prog="benchmarks/run.sh", description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per cheap measurement, the median is reported (default 3)")
+    parser.add_argument("--fanout", default="1,8,32", help="container counts of the fan-out (default 1,8,32; at most 32)")
+    parser.add_argument("--output", type=Path, default=BENCH / "results.md", help="where to write the table (default benchmarks/results.md)")
+    parser.add_argument("--keep-workdir", action="store_true", help="keep the work folder with every run's output")
+    args = parser.parse_args(argv)
+    counts = [int(count) for count in args.fanout.split(",")]
+    if any(count < 1 or count > 32 or (count > 1 and count % 2) for count in counts):
+        parser.error("--fanout: counts from 1 to 32, even when more than 1 (half on each node)")
+    args.counts = counts
+    return args
+
+
+def section(rows: list[Row], name: str, measure: Callable[[], list[Row]]) -> None:
+    """Run one group of measurements; a failure becomes a row and the others still run."""
+    try:
+        rows.extend(measure())
+    except (RuntimeError, OSError, subprocess.SubprocessError, ValueError, KeyError) as exc:
+        traceback.print_exc()
+        rows.append(Row(name, "FAILED", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__))
+
+
+def launch_rows(ctx: Context, delay: float) -> list[Row]:
+    """pct calls (delay 0), wall times and ratios, and the time breakdown (delay 0) of the launch variants."""
+    runs = launch_runs(ctx, delay)
+    if delay == 0:
+        return count_rows(runs) + wall_rows(runs, delay) + breakdown_rows(runs)
+    return wall_rows(runs, delay)
+
+
+def measure_all(ctx: Context, counts: list[int]) -> list[Row]:
+    """Every measurement, in order; each group's failure is reported in the table."""
+    rows: list[Row] = []
+    log("warm-up run (not reported)")
+    ctx.playbook("warm-up", LAUNCH_ONLY, MAIN, SHIPPED, job_vars(ctx, "warm", JOB_COMMAND))
+    stop_sessions(ctx, "warm", MAIN)
+    section(rows, "launch, delay 0", lambda: launch_rows(ctx, 0.0))
+    section(rows, "launch, delay 0.5", lambda: launch_rows(ctx, 0.5))
+    ctx.set_delay(0)
+    section(rows, "detection", lambda: detection_rows(ctx))
+    section(rows, "fan-out", lambda: fanout_rows(ctx, counts))
+    section(rows, "overheads", lambda: overhead_rows(ctx))
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    """Set up, measure, tear down, print and write the table."""
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("benchmarks/run.sh: needs root (LXC containers and the simulated nodes' sshd)", file=sys.stderr)
+        return 1
+    load_before, started = os.getloadavg(), time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="trainops-bench-"))
+    ctx = Context(workdir, str(workdir / "ssh_config"), args.repeat)
+    log(f"work folder {workdir}")
+    setup: dict[str, float] = {}
+    try:
+        setup = set_up(ctx)
+        rows = measure_all(ctx, args.counts)
+    finally:
+        tear_down(ctx)
+    text = render(rows, conditions(args.repeat, setup, load_before, time.monotonic() - started))
+    print(text)
+    args.output.write_text(text, encoding="utf-8")
+    log(f"table written to {args.output}")
+    if args.keep_workdir:
+        log(f"every run's output is in {workdir}/logs")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if any(row.measure == "FAILED" for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

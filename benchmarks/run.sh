@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+#
+# The collection's benchmark suite on the local Proxmox VE stand-in (see
+# benchmarks/README.md): brings up the simulated nodes pve-g and pve-h with 32
+# containers, measures, prints the table and writes it to benchmarks/results.md,
+# then destroys the containers and stops both nodes. Needs root and the
+# development venv (tools/bootstrap.sh); about 5 minutes on 2 cores.
+#
+# Usage: benchmarks/run.sh [--repeat N] [--fanout 1,8,32] [--output FILE] [--keep-workdir]
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tools/env.sh
+. "$root/tools/env.sh"
+cd "$root"
+exec python3 "$root/benchmarks/run.py" "$@"
