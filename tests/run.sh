@@ -26,7 +26,7 @@
 #   --no-setup         do not run setup implicitly
 #   -h, --help         this text
 # Environment:
-#   RUN_STAGE_TIMEOUT  seconds one stage may take (default 1500)
+#   RUN_STAGE_TIMEOUT  seconds one stage may take (default 2700)
 #   PYTEST_ADDOPTS     extra pytest options (pytest reads it itself)
 #   MOLECULE_MATRIX    molecule runs (default: the tmux scenario on Debian 11,
 #                      12 and 13, the venv scenario on Debian 12)
@@ -41,7 +41,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
 
 all_stages=(setup unit integration compat molecule lint sanity)
-stage_timeout="${RUN_STAGE_TIMEOUT:-1500}"
+stage_timeout="${RUN_STAGE_TIMEOUT:-2700}"
 keep_going=0
 implicit_setup=1
 requested=()
