@@ -13,13 +13,15 @@
 #                tools/bootstrap.sh --compat): pytest tests/unit/plugins, ansible-doc
 #                of every plugin, and the example launch with status and stop
 #                on a container of its own (tests/compat)
+#   newest       the same with the newest ansible-core on Python 3.12+
+#                (.venv-newest, made by tools/bootstrap.sh --newest)
 #   molecule     molecule test of each scenario on each Debian release of
 #                MOLECULE_MATRIX (scenario:release ...)
 #   lint         tools/lint.sh (ansible-lint, profile production; changelog)
 #   sanity       tools/sanity.sh (ansible-test sanity, no ignore files)
 #
 # Usage: tests/run.sh [options] [stage...]
-#   With no stage, all stages run.  `integration`, `compat` and `molecule`
+#   With no stage, all stages run.  `integration`, `compat`, `newest` and `molecule`
 #   need the stand-in, so `setup` runs before them unless --no-setup is given.
 # Options:
 #   -k, --keep-going   run the remaining stages after a failure
@@ -40,13 +42,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/tools/env.sh"
 cd "$root" || exit 1
 
-all_stages=(setup unit integration compat molecule lint sanity)
+all_stages=(setup unit integration compat newest molecule lint sanity)
 stage_timeout="${RUN_STAGE_TIMEOUT:-2700}"
 keep_going=0
 implicit_setup=1
 requested=()
 
-usage() { sed -n '5,35s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '5,37s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 while [ "$#" -gt 0 ]; do
     case "$1" in
@@ -71,7 +73,7 @@ want() {
     for s in "${requested[@]}"; do [ "$s" = "$1" ] && return 0; done
     if [ "$1" = setup ] && [ "$implicit_setup" = 1 ]; then
         for s in "${requested[@]}"; do
-            case "$s" in integration | compat | molecule) return 0 ;; esac
+            case "$s" in integration | compat | newest | molecule) return 0 ;; esac
         done
     fi
     return 1
@@ -225,22 +227,24 @@ stage_molecule() {
     return "$rc"
 }
 
-# The oldest supported ansible-core, in its own venv (cached like .venv: the
-# stamp holds the hash of requirements-compat-2.17.txt), first on PATH.
-stage_compat() {
-    local venv="$root/.venv-2.17" requirements="$root/requirements-compat-2.17.txt" version
-    if ! run_logged "$logdir/compat-bootstrap.log" bash "$root/tools/bootstrap.sh" --compat; then
-        stage_detail[compat]="tools/bootstrap.sh --compat failed"
+# stage_venv NAME BOOTSTRAP-OPTION VENV REQUIREMENTS: the plugins' unit tests,
+# ansible-doc of every plugin and the example launch (tests/compat) with the
+# ansible-core of another venv (cached like .venv: its stamp holds the hash of
+# the requirements file and of the interpreter), first on PATH.
+stage_venv() {
+    local name="$1" option="$2" venv="$3" requirements="$4" version rc
+    if ! run_logged "$logdir/$name-bootstrap.log" bash "$root/tools/bootstrap.sh" "$option"; then
+        stage_detail[$name]="tools/bootstrap.sh $option failed"
         total_failed=$((total_failed + 1))
         return 1
     fi
     version="$(sed -n 's/^ansible-core==\([0-9.]*\).*/\1/p' "$requirements")"
     # -p tests.compat.ansible_polyfill: what the unit tests use from newer ansible-core
     PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" TRAINOPS_EXPECT_ANSIBLE_CORE="$version" \
-        stage_pytest compat -p tests.compat.ansible_polyfill -m "not molecule" \
+        stage_pytest "$name" -p tests.compat.ansible_polyfill -m "not molecule" \
         tests/unit/plugins tests/integration/test_plugin_docs.py tests/compat
-    local rc=$?
-    stage_detail[compat]="ansible-core $version: ${stage_detail[compat]}"
+    rc=$?
+    stage_detail[$name]="ansible-core $version ($("$venv/bin/python" -V 2>&1)): ${stage_detail[$name]}"
     return "$rc"
 }
 
@@ -249,7 +253,8 @@ run_stage() {
         setup) stage_setup ;;
         unit) stage_pytest unit tests/unit -m "not integration and not molecule" ;;
         integration) stage_pytest integration tests/integration -m integration ;;
-        compat) stage_compat ;;
+        compat) stage_venv compat --compat "$root/.venv-2.17" "$root/requirements-compat-2.17.txt" ;;
+        newest) stage_venv newest --newest "$root/.venv-newest" "$root/requirements-newest.txt" ;;
         molecule) stage_molecule ;;
         lint) stage_single lint bash "$root/tools/lint.sh" ;;
         sanity) stage_single sanity bash "$root/tools/sanity.sh" ;;

@@ -8,10 +8,13 @@
 # requirements and of the interpreter), nothing is installed.  Two bootstraps
 # at once (of any venv of this checkout) wait for each other.
 #
-# Usage: tools/bootstrap.sh [--compat] [--requirements FILE] [--venv DIR]
+# Usage: tools/bootstrap.sh [--compat|--newest] [--requirements FILE] [--venv DIR]
 #   (no option)           .venv from requirements-dev.txt: the development venv
 #   --compat              .venv-2.17 from requirements-compat-2.17.txt: the
 #                         oldest supported ansible-core (tests/run.sh compat)
+#   --newest              .venv-newest from requirements-newest.txt with the
+#                         newest Python 3.12+ found: the newest ansible-core
+#                         (tests/run.sh newest)
 #   --requirements FILE   another requirements file
 #   --venv DIR            another venv directory (options win over TRAINOPS_VENV)
 #
@@ -26,13 +29,34 @@ venv="${TRAINOPS_VENV:-$root/.venv}"
 python="${PYTHON:-python3}"
 requirements="$root/requirements-dev.txt"
 
-usage() { sed -n '10,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '10,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+
+# The newest Python 3.12 or later on this machine (ansible-core 2.20 and newer
+# need it on the controller): on PATH, else pyenv's, else /usr/local/bin's.
+newest_python() {
+    local candidate found=()
+    found=("${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 /usr/local/bin/python3.1[2-9])
+    # newest first: the globs sort ascending
+    for candidate in python3.14 python3.13 python3.12 $(printf '%s\n' "${found[@]}" | sort -rV); do
+        if "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then
+            command -v "$candidate" || echo "$candidate"
+            return 0
+        fi
+    done
+    echo "bootstrap: no Python 3.12 or newer found (python3.13, python3.12, pyenv): install one or set PYTHON" >&2
+    return 1
+}
 
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --compat)
             venv="$root/.venv-2.17"
             requirements="$root/requirements-compat-2.17.txt"
+            ;;
+        --newest)
+            venv="$root/.venv-newest"
+            requirements="$root/requirements-newest.txt"
+            [ -n "${PYTHON:-}" ] || python="$(newest_python)" || exit 1
             ;;
         --requirements)
             [ "$#" -ge 2 ] || { usage >&2; exit 2; }
