@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
@@ -125,6 +126,67 @@ def test_plugin_flags(local: Any) -> None:
     assert local.has_pipelining is True
     assert local.has_tty is False
     assert local.transport == "trainops.pct_launch.pct"
+
+
+def action_pipelines(conn: Any) -> bool:
+    """Whether Ansible's action plugins pipeline a new-style module through ``conn`` (its own decision, any version)."""
+    # pylint: disable-next=import-outside-toplevel
+    from ansible.plugins.action import ActionBase
+
+    class Probe(ActionBase):  # pylint: disable=abstract-method,too-few-public-methods
+        """An action plugin that is never run."""
+
+        def run(self, tmp: Any = None, task_vars: Any = None) -> dict[str, Any]:
+            raise NotImplementedError
+
+    action = Probe.__new__(Probe)  # only _connection and _play_context are read
+    action._connection = conn  # pylint: disable=protected-access
+    action._play_context = PlayContext()  # pylint: disable=protected-access
+    return bool(action._is_pipelining_enabled("new"))  # pylint: disable=protected-access
+
+
+def test_pipelining_is_on_by_default(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANSIBLE_PIPELINING", raising=False)
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct))
+    assert conn.get_option("pipelining") is True
+    assert action_pipelines(conn) is True
+    assert action_pipelines(connect(pct_vmid=200, pct_path=str(fake.pct), ansible_pipelining=True)) is True
+
+
+@pytest.mark.parametrize("value", [False, "false", "no", 0])
+def test_pipelining_off_with_ansible_pipelining(fake: Fake, monkeypatch: pytest.MonkeyPatch, value: Any) -> None:
+    monkeypatch.delenv("ANSIBLE_PIPELINING", raising=False)
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), ansible_pipelining=value)
+    assert conn.get_option("pipelining") is False
+    assert action_pipelines(conn) is False
+
+
+@pytest.mark.parametrize(("env", "expected"), [("0", False), ("false", False), ("1", True), ("true", True)])
+def test_pipelining_follows_ansible_pipelining_env(fake: Fake, monkeypatch: pytest.MonkeyPatch, env: str, expected: bool) -> None:
+    monkeypatch.setenv("ANSIBLE_PIPELINING", env)
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct))
+    assert conn.get_option("pipelining") is expected
+    assert action_pipelines(conn) is expected
+
+
+def test_pipelining_host_var_wins_over_env(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANSIBLE_PIPELINING", "0")
+    assert connect(pct_vmid=200, pct_path=str(fake.pct), ansible_pipelining=True).get_option("pipelining") is True
+
+
+def test_pipelining_off_in_ansible_cfg(fake: Fake, tmp_path: Path) -> None:
+    """``pipelining = False`` in ansible.cfg ([defaults] or [connection]) switches it off (a fresh process reads the file)."""
+    for section in ("defaults", "connection"):
+        cfg = tmp_path / f"{section}.cfg"
+        cfg.write_text(f"[{section}]\npipelining = False\n", encoding="utf-8")
+        code = ("from ansible.plugins.loader import connection_loader, init_plugin_loader; init_plugin_loader(); "
+                "from ansible.playbook.play_context import PlayContext; "
+                "c = connection_loader.get('trainops.pct_launch.pct', PlayContext()); c.set_options(var_options={'pct_vmid': 200}); "
+                "print(c.get_option('pipelining'))")
+        env = {key: value for key, value in os.environ.items() if key != "ANSIBLE_PIPELINING"}
+        env["ANSIBLE_CONFIG"] = str(cfg)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+        assert out.stdout.strip() == "False", (section, out.stdout, out.stderr)
 
 
 def test_exec_command_argv_env_cwd_and_no_tty(local: Any, fake: Fake) -> None:
