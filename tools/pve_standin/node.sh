@@ -8,8 +8,11 @@
 # where the node's folder is bind-mounted on /var/lib/pve-standin. Whatever
 # runs through that sshd (pct, Ansible modules) sees only that node.
 #
-#   node.sh up NAME ADDRESS [PORT]   start node NAME on ADDRESS (127.0.0.0/8), port 22
-#   node.sh down NAME                stop its containers and its sshd, remove its state
+#   node.sh up NAME ADDRESS [PORT]   start node NAME on ADDRESS (127.0.0.0/8), port 22; on a node that
+#                                    is up already, only starts its sshd again when it is not running
+#                                    (its containers and their jobs are left alone)
+#   node.sh down NAME                stop its containers, its sshd and every process left in
+#                                    its mount namespace (sessions, their children), remove its state
 #   node.sh ssh-config               print the ssh_config file that reaches every node
 #   node.sh list                     the nodes that are up
 #
@@ -18,6 +21,11 @@
 # `Host NAME` entry per node. Use it with `ssh -F <that file> NAME`, or in
 # Ansible: pct_ssh_args="-F <file>" for the pct connection and
 # ansible_ssh_common_args="-F <file>" for tasks delegated to the node.
+#
+# Several `up` and `down` may run at the same time (of different nodes): the
+# client files are shared, so they are updated under a lock on the client
+# folder (flock) and replaced atomically (written to a temporary file, then
+# renamed), and a reader never sees a half-written ssh_config or known_hosts.
 #
 # Environment: PVE_STANDIN_NODES (default /var/lib/pve-standin-nodes).
 set -euo pipefail
@@ -35,6 +43,26 @@ ensure_client() {
   chmod 700 "$client"
   [ -f "$client/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C pve-standin-client -f "$client/id_ed25519"
   touch "$client/known_hosts" "$client/ssh_config"
+}
+
+# Run "$@" holding the lock of the client folder (which it creates first): every change of the
+# shared client files and of the node folders they are made from happens under it.
+with_client_lock() {
+  mkdir -p "$client"
+  chmod 700 "$client"
+  (
+    flock -w 120 9 || die "cannot lock $client/.lock within 120 s: another node.sh seems stuck (see: fuser -v $client/.lock)"
+    "$@"
+  ) 9>"$client/.lock"
+}
+
+# Replace file $1 with the standard input, atomically (temporary file in the same folder, then rename).
+write_atomic() {
+  local target="$1" tmp
+  tmp="$(mktemp "$target.XXXXXX")"
+  if ! cat > "$tmp"; then rm -f "$tmp"; die "cannot write $target"; fi
+  chmod 600 "$tmp"
+  mv -f "$tmp" "$target"
 }
 
 write_sshd_config() {
@@ -58,15 +86,9 @@ Subsystem sftp internal-sftp
 EOF
 }
 
-rewrite_client_config() {
-  local dir name address port
-  : > "$client/ssh_config.tmp"
-  : > "$client/known_hosts.tmp"
-  for dir in "$base"/*/; do
-    [ -f "$dir/address" ] || continue
-    name="$(basename "$dir")"
-    read -r address port < "$dir/address"
-    cat >> "$client/ssh_config.tmp" <<EOF
+ssh_config_entry() {
+  local name="$1" address="$2" port="$3"
+  cat <<EOF
 Host $name
   HostName $address
   Port $port
@@ -79,13 +101,46 @@ Host $name
   BatchMode yes
 
 EOF
-    printf '%s %s\n' "$name" "$(cut -d' ' -f1,2 "$dir/ssh_host_ed25519_key.pub")" >> "$client/known_hosts.tmp"
-  done
-  mv -f "$client/ssh_config.tmp" "$client/ssh_config"
-  mv -f "$client/known_hosts.tmp" "$client/known_hosts"
+}
+
+# Whether node folder $1 is complete enough for the client files (address and host key).
+listed() { [ -f "$1/address" ] && [ -f "$1/ssh_host_ed25519_key.pub" ]; }
+
+# Rebuild ssh_config and known_hosts from the node folders; call it under with_client_lock.
+rewrite_client_config() {
+  local dir name address port
+  {
+    for dir in "$base"/*/; do
+      listed "$dir" || continue
+      read -r address port < "$dir/address"
+      ssh_config_entry "$(basename "$dir")" "$address" "$port"
+    done
+  } | write_atomic "$client/ssh_config"
+  {
+    for dir in "$base"/*/; do
+      listed "$dir" || continue
+      name="$(basename "$dir")"
+      printf '%s %s\n' "$name" "$(cut -d' ' -f1,2 "$dir/ssh_host_ed25519_key.pub")"
+    done
+  } | write_atomic "$client/known_hosts"
 }
 
 sshd_running() { [ -f "$1/sshd.pid" ] && kill -0 "$(cat "$1/sshd.pid")" 2>/dev/null; }
+
+# The node's folder, keys, sshd_config and client entries; call it under with_client_lock.
+# The address is written last: rewrite_client_config lists the folders that have one.
+prepare_node() {
+  local name="$1" address="$2" port="$3" dir="$base/$1"
+  ensure_client
+  mkdir -p "$dir/root" /run/sshd
+  chmod 700 "$dir"
+  echo "$name" > "$dir/root/node"
+  [ -f "$dir/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$dir/ssh_host_ed25519_key"
+  cp "$client/id_ed25519.pub" "$dir/authorized_keys"
+  write_sshd_config "$dir" "$address" "$port"
+  echo "$address $port" | write_atomic "$dir/address"
+  rewrite_client_config
+}
 
 up() {
   local name="$1" address="$2" port="${3:-22}" dir
@@ -93,15 +148,7 @@ up() {
   [[ "$address" =~ ^127\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "address $address is not a loopback address (127.0.0.0/8)"
   command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || die "sshd is missing: apt-get install openssh-server"
   dir="$base/$name"
-  ensure_client
-  mkdir -p "$dir/root" /run/sshd
-  chmod 700 "$dir"
-  echo "$name" > "$dir/root/node"
-  echo "$address $port" > "$dir/address"
-  [ -f "$dir/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$dir/ssh_host_ed25519_key"
-  cp "$client/id_ed25519.pub" "$dir/authorized_keys"
-  write_sshd_config "$dir" "$address" "$port"
-  rewrite_client_config
+  with_client_lock prepare_node "$name" "$address" "$port"
   if sshd_running "$dir"; then
     echo "node $name: sshd already up on $address:$port"
     return 0
@@ -115,6 +162,37 @@ up() {
   echo "node $name: sshd up on $address:$port, state in $dir/root"
 }
 
+# The processes of the node in folder $1: those that see its state folder as /var/lib/pve-standin,
+# that is its sshd and everything started in that sshd's mount namespace (sessions, pct, their
+# children, daemons they left behind), whatever their process group or session.
+node_pids() {
+  local want procs
+  want="$(stat -c %d:%i "$1/root")" || return 0
+  procs=(/proc/[0-9]*)
+  { stat -c '%d:%i %n' "${procs[@]/%//root$mountpoint}" 2>/dev/null || true; } |
+    awk -v want="$want" '$1 == want { split($2, part, "/"); print part[3] }'
+}
+
+# End every process of the node in folder $1: sshd first (no new sessions), then TERM, then KILL.
+end_node_processes() {
+  local dir="$1" pids _try signal
+  if [ -f "$dir/sshd.pid" ]; then kill "$(cat "$dir/sshd.pid")" 2>/dev/null || true; fi
+  for signal in TERM KILL; do
+    pids="$(node_pids "$dir")"
+    [ -n "$pids" ] || return 0
+    # shellcheck disable=SC2086  # one pid per word
+    kill -s "$signal" $pids 2>/dev/null || true
+    for _try in $(seq 50); do
+      [ -n "$(node_pids "$dir")" ] || return 0
+      sleep 0.1
+    done
+  done
+  echo "node.sh: processes of node $(basename "$dir") did not end after KILL: $(node_pids "$dir" | tr '\n' ' ')" >&2
+  return 1
+}
+
+remove_node() { rm -rf "$1"; rewrite_client_config; }
+
 down() {
   local name="$1" dir vmid
   valid_name "$name"
@@ -124,10 +202,9 @@ down() {
     for vmid in $(ssh -F "$client/ssh_config" "$name" pct list 2>/dev/null | awk 'NR > 1 { print $1 }'); do
       ssh -F "$client/ssh_config" "$name" pct destroy "$vmid" --force || true
     done
-    kill "$(cat "$dir/sshd.pid")" 2>/dev/null || true
   fi
-  rm -rf "$dir"
-  rewrite_client_config
+  end_node_processes "$dir" || die "cannot end the processes of node $name: see above; its state stays in $dir"
+  with_client_lock remove_node "$dir"
   echo "node $name: down"
 }
 
