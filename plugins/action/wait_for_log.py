@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import typing as t
 
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -45,6 +46,15 @@ def progress_line(host: str, args: t.Mapping[str, t.Any], result: t.Mapping[str,
     return f"[{host}] wait_for_log {who} in container {args['vmid']}: {elapsed:.0f} s of {args['timeout']:g} s, {log}, {alive}"
 
 
+def unreachable_message(node: str, args: t.Mapping[str, t.Any], elapsed: float, cause: object) -> str:
+    """The message when the node cannot be reached for a chunk: the wait is over, the job's fate unknown."""
+    who = f"session {args['session_name']}" if args.get("session_name") else f"log {args['log_path']}"
+    detail = " ".join(str(cause).split()).rstrip(":").strip() or "no detail"
+    return (f"Cannot wait for {who} in container {args['vmid']}: node {node} cannot be reached "
+            f"({elapsed:.0f} s into the wait of {args['timeout']:g} s): {detail}. The job's start is not proven and the job may "
+            f"still run: once node {node} can be reached, check it (playbooks/status.yml) or launch again (a running job is left alone)")
+
+
 class ActionModule(ActionBase):
     """Wait for a job's log in chunks of one ``pct exec`` each."""
 
@@ -74,7 +84,11 @@ class ActionModule(ActionBase):
         offset, calls = args["offset"], 0
         while True:
             remaining = deadline - time.monotonic()
-            res = self._chunk(args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset)
+            try:
+                res = self._chunk(args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset)
+            except AnsibleConnectionFailure as exc:  # the node went away: say which, and what it means for the job
+                node = self._task.delegate_to if isinstance(self._task.delegate_to, str) and self._task.delegate_to else host
+                raise AnsibleConnectionFailure(unreachable_message(node, args, time.monotonic() - started, exc)) from None
             calls += 1
             elapsed = time.monotonic() - started
             if res.get("verdict") != "timeout" or deadline - time.monotonic() < MIN_CHUNK:

@@ -12,7 +12,7 @@ import typing as t
 from unittest.mock import MagicMock
 
 import pytest
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
 
 from ansible_collections.trainops.pct_launch.plugins.action import wait_for_log as action_mod
 from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule, progress_line
@@ -164,3 +164,33 @@ def test_type_errors_fail_before_any_call() -> None:
 def test_progress_line_without_session() -> None:
     line = progress_line("h", {"vmid": 250, "log_path": "/w/t.log", "timeout": 60.0}, {"log_exists": False}, 15.2)
     assert line == "[h] wait_for_log /w/t.log in container 250: 15 s of 60 s, log missing, session unknown"
+
+
+class LostNode(Script):
+    """``_execute_module`` whose node goes away: the chunks after the first ``good`` ones raise a connection failure."""
+
+    def __init__(self, results: list[dict[str, t.Any]], good: int) -> None:
+        super().__init__(results)
+        self.good = good
+
+    def __call__(self, module_name: str | None = None, module_args: dict[str, t.Any] | None = None, task_vars: t.Any = None,
+                 **_kwargs: t.Any) -> dict[str, t.Any]:
+        if len(self.args) >= self.good:
+            self.args.append(dict(module_args or {}))
+            raise AnsibleConnectionFailure('Data could not be sent to remote host "pve-i". Make sure this host can be reached over ssh: ')
+        return super().__call__(module_name, module_args, task_vars)
+
+
+@pytest.mark.parametrize("delegate_to, node", [("pve-i", "pve-i"), (None, "ct630")])
+def test_node_lost_during_the_wait_names_it(shown: list[str], delegate_to: str | None, node: str) -> None:
+    """The node cannot be reached for the second chunk: unreachable, naming the node, the session and what to do."""
+    script = LostNode([chunk_result("timeout", 10)], good=1)
+    action = make_action({"vmid": 630, "session_name": "train", "timeout": 120}, script)
+    action._task.delegate_to = delegate_to  # pylint: disable=protected-access
+    with pytest.raises(AnsibleConnectionFailure) as caught:
+        action.run(task_vars={"inventory_hostname": "ct630"})
+    text = str(caught.value)
+    assert text.startswith(f"Cannot wait for session train in container 630: node {node} cannot be reached (10 s into the wait of 120 s): "
+                           'Data could not be sent to remote host "pve-i". Make sure this host can be reached over ssh. '), text
+    assert f"once node {node} can be reached, check it (playbooks/status.yml)" in text and "not proven" in text
+    assert "started" not in text.split(":")[0] and caught.value.__cause__ is None and len(script.args) == 2
