@@ -334,6 +334,10 @@ def main():
     if not log:
         report("died", None, "", offset, None, state, None, None, started)
         return
+    if state == "tmux_missing":  # no tmux session can have written this log: its lines prove nothing
+        size = os.path.getsize(log) if os.path.isfile(log) else None
+        report("died", None, log, offset, size, state, None, read_exit(log + ".exit"), started)
+        return
     deadline = started + P["duration"]
     while True:
         exit_info = read_exit(log + ".exit")
@@ -390,7 +394,11 @@ scan() {
   OFF=$((OFF + bytes))
 }
 verdict=; line=; size=; end=$(( $(date +%s) + DURATION ))
-while [ -n "$LOG" ]; do
+if [ "$state" = tmux_missing ]; then  # no tmux session can have written this log: its lines prove nothing
+  verdict=died
+  [ -f "$LOG" ] && size=$(wc -c < "$LOG" | tr -d ' ')
+fi
+while [ -z "$verdict" ] && [ -n "$LOG" ]; do
   ended=0
   [ -f "$LOG.exit" ] && ended=1
   if [ "$state" = alive ] && ! alive; then state=ended; fi
@@ -594,6 +602,12 @@ def message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str
     if verdict == "timeout":
         return _timeout_message(result, params)
     return _died_message(result, params)
+
+
+def stopped_message(params: t.Mapping[str, t.Any]) -> str:
+    """The message when the container stopped while the poll program ran in it."""
+    return (f"Cannot wait for {_subject(params)}: the container is not running any more (it stopped during the wait, "
+            f"and the job with it); start it with 'pct start {params['vmid']}' and launch the job again")
 
 
 def program_failure(rc: int, stdout: str, stderr: str, params: t.Mapping[str, t.Any]) -> str | None:

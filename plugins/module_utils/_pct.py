@@ -21,6 +21,9 @@ This is the only place where the ``pct`` argv is built. Public API (kept small a
     runner is used) or a callable ``runner(argv, stdin_bytes, timeout, env) -> (rc, out_bytes, err_bytes)``
     for tests.
 
+``container_status(module_or_runner, vmid, pct_path="pct")``
+    ``running`` or ``stopped`` from ``pct status VMID``, None when unknown.
+
 ``pct_exec_argv(pct_path, vmid)``
     The argv: ``[pct_path, "exec", "VMID", "--", "/bin/sh", "-s"]``.
 
@@ -56,8 +59,10 @@ _NOT_RUNNING = re.compile(r"container '(\d+)' not running!?")
 _EXEC_FAILED = re.compile(r'Failed to exec "([^"]*)"')
 _NO_INIT_PID = "Failed to get init pid"
 _MAX_DETAIL = 400
-# The first line sent; the shell's answer (READY) differs from the line, which a terminal may echo.
-PROBE = b"echo trainops-ready-$((40+2))\n"
+# The first line sent; the shell's answer (READY) differs from the line, which a terminal may echo. Under a
+# terminal it also turns echo and the interactive shell's prompts off before the program is sent: else the
+# echo of the program's last lines, flushed late, and the prompts could land inside its first output lines.
+PROBE = b"PS1= PS2=; [ -t 0 ] && stty -echo 2>/dev/null; echo trainops-ready-$((40+2))\n"
 READY = b"trainops-ready-42"
 _PROBE_INTERVAL = 0.25
 _LITERAL = frozenset(range(0x20, 0x7F)) - frozenset(b"\\'%")
@@ -315,6 +320,24 @@ def run_in_container(module_or_runner: t.Any, vmid: int, program: str, stdin_dat
     if error is not None:
         raise error
     return rc, out, err
+
+
+def container_status(module_or_runner: t.Any, vmid: int, pct_path: str = "pct", timeout: float = 60) -> str | None:
+    """``running`` or ``stopped`` as ``pct status VMID`` says, or None when that cannot be told.
+
+    For a message after a program died in the container: a container stopped under it kills it
+    with no word on stderr (``lxc-attach`` just exits 137).
+    """
+    runner = _runner_of(module_or_runner)
+    exe = pct_path if callable(module_or_runner) else resolve_pct(pct_path)
+    if exe is None:
+        return None
+    try:
+        rc, out, _err = runner([exe, "status", str(int(vmid))], b"", timeout, pct_environment())
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"^status: (\w+)", out.decode("utf-8", "replace"), re.MULTILINE)
+    return match.group(1) if rc == 0 and match else None
 
 
 def detail(stderr: str) -> str:

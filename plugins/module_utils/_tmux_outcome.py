@@ -26,7 +26,7 @@ _FIX = {
     "user_missing": "create the user in the container or fix user",
     "lock_timeout": "another launch of this session is still running; retry when it is done "
                     "(a lock left by a killed launch is removed automatically once its process is gone)",
-    "start_failed": "see stderr for details",
+    "start_failed": "nothing was started",
     "stop_failed": "the processes may be stuck in the kernel (state D); check them with ps inside the container",
 }
 

@@ -69,7 +69,8 @@ t_preflight_paths() {
       t_fail script_missing 23 "script $t_script does not exist (relative to ${t_cwd:-/})"
     fi
     if [ "$t_script_exec" = 1 ] && ! (cd -- "${t_cwd:-/}" && [ -x "$t_script" ]); then
-      t_fail script_missing 23 "script $t_script exists but is not executable"
+      t_fix="make it executable (chmod +x $t_script) or run it through its interpreter (argv: [sh, $t_script])"
+      t_fail script_missing 23 "script $t_script is not executable: $t_fix"
     fi
   fi
   [ -d "$t_logdir" ] || t_fail log_dir_missing 24 "log directory $t_logdir does not exist"
@@ -206,12 +207,26 @@ t_prepare_log() {
   esac
   t_host=$(cat /proc/sys/kernel/hostname 2>/dev/null) || t_host=
   t_header=$(printf '### trainops.pct_launch: session=%s started_at=%s host=%s command=%s' "$t_name" "$t_started" "$t_host" "$t_display")
+  t_new=0; [ -e "$t_log" ] || t_new=1
   if [ "$t_mode" = fail_if_exists ]; then
-    (set -C; printf '%s\n' "$t_header" > "$t_log") 2>/dev/null || t_fail log_exists 26 "log file $t_log already exists"
+    (set -C; printf '%s\n' "$t_header" > "$t_log") 2>/dev/null || {
+      [ "$t_new" = 1 ] || t_fail log_exists 26 "log file $t_log already exists"; t_header_failed; }
   else
-    printf '%s\n' "$t_header" >> "$t_log" || t_fail start_failed 30 "cannot write $t_log"
+    printf '%s\n' "$t_header" >> "$t_log" 2>/dev/null || t_header_failed
   fi
   if [ -n "$t_user" ]; then chown "$t_uid:$t_gid" "$t_log" 2>/dev/null || :; fi
+}
+# The header could not be written: remove the empty log this launch created (so that another attempt does not
+# rotate the kept log away), and say why, a full file system in its own words.
+t_header_failed() {
+  if [ "$t_new" = 1 ] && [ -f "$t_log" ] && [ ! -s "$t_log" ]; then rm -f -- "$t_log"; fi
+  t_kept=; [ -n "$t_rotated" ] && t_kept=" (the earlier log is kept as $t_rotated)"
+  t_avail=$(df -Pk -- "$t_logdir" 2>/dev/null | awk 'NR == 2 { print $4 }')
+  if [ "$t_avail" = 0 ]; then
+    t_fix="free space there or choose another log_path"
+    t_fail start_failed 30 "cannot write the log header to $t_log: No space left on device, the file system of $t_logdir is full$t_kept; $t_fix"
+  fi
+  t_fail start_failed 30 "cannot write the log header to $t_log$t_kept"
 }
 t_write_files() {
   rm -f "$t_dir/pgid" "$t_dir/stop_requested" "$t_dir/env"
@@ -339,6 +354,9 @@ w_forward() { [ -n "$w_child" ] && { kill "-$1" "-$w_child" 2>/dev/null || kill 
 trap 'w_trapped=1; w_forward TERM' TERM
 trap 'w_trapped=1; w_forward INT' INT
 trap 'w_trapped=1; w_forward HUP' HUP
+# One top-level command with the fork: with job control on, dash reaps and forgets a finished job before it
+# reads each top-level command, and a fast job's wait then says 127. Job control is not needed after the fork.
+{
 (
   eval "$w_envtext"
   unset w_envtext
@@ -347,6 +365,8 @@ trap 'w_trapped=1; w_forward HUP' HUP
   exec "$@"
 ) </dev/null >>"$w_log" 2>&1 &
 w_child=$!
+set +m 2>/dev/null
+}
 w_envtext=
 printf 'trainops.pct_launch: session %s runs pid %s; output goes to %s\n' "$w_name" "$w_child" "$w_log"
 # A trapped signal interrupts wait (status > 128): wait again for the job's own status.

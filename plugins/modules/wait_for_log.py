@@ -244,11 +244,23 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     parse_poll_output,
     program_failure,
     result_from_facts,
+    stopped_message,
 )
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, run_in_container
+from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, container_status, run_in_container
 
+STATUS_TRIES = 3
 SH_WARNING = ("Container {vmid} has no python3: patterns were matched with grep -E (POSIX extended regular expressions) "
               "instead of Python's re; install python3 in the container for exact Python semantics")
+
+
+def container_stopped(module: AnsibleModule, params: dict, rc: int) -> bool:
+    """Whether the container stopped: asked again for a few seconds when the program was killed (a stop in progress)."""
+    for attempt in range(STATUS_TRIES if rc > 128 else 1):
+        if attempt:
+            time.sleep(1)
+        if container_status(module, params["vmid"], params["pct_path"]) == "stopped":
+            return True
+    return False
 
 
 def main() -> None:
@@ -266,6 +278,8 @@ def main() -> None:
     except PctError as exc:
         module.fail_json(msg=exc.message(f"Cannot wait for {params.get('session_name') or params.get('log_path')} in"), rc=exc.rc)
     failure = program_failure(rc, out, err, params)
+    if failure and container_stopped(module, params, rc):
+        failure = stopped_message(params)
     if failure:
         module.fail_json(msg=failure, rc=rc, stdout=out, stderr=err)
     result = result_from_facts(parse_poll_output(out), time.monotonic() - started)

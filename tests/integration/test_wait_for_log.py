@@ -55,8 +55,12 @@ Result = t.Tuple[subprocess.CompletedProcess, t.Dict[str, t.Any]]
 
 
 def playbook(tmp_path: Path, tasks: list[dict[str, t.Any]], handlers: list[dict[str, t.Any]] | None = None,
-             env: dict[str, str] | None = None, hosts: str = "localhost", inventory: str = "localhost,") -> Result:
-    """Run a play on this machine; each task registers ``r`` and the last ``r`` is written to a file."""
+             env: dict[str, str] | None = None, hosts: str = "localhost", inventory: str = "localhost,",
+             prefix: t.Sequence[str] = ()) -> Result:
+    """Run a play on this machine; each task registers ``r`` and the last ``r`` is written to a file.
+
+    ``prefix`` goes before the ansible-playbook argv (for example ``unshare -m ...`` to hide a file).
+    """
     out = tmp_path / f"result-{uuid.uuid4().hex[:8]}.json"
     play = {"hosts": hosts, "gather_facts": False, "tasks": [
         {"block": tasks, "always": [{"ansible.builtin.copy": {"content": "{{ r | default({}) | to_json }}", "dest": str(out)},
@@ -67,7 +71,7 @@ def playbook(tmp_path: Path, tasks: list[dict[str, t.Any]], handlers: list[dict[
     path.write_text(json.dumps([play]), encoding="utf-8")
     program = Path(sys.executable).with_name("ansible-playbook")
     full_env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="0", **(env or {}))
-    argv = [str(program), "-i", inventory, "-c", "local", "-e", f"ansible_python_interpreter={PYTHON}", str(path)]
+    argv = [*prefix, str(program), "-i", inventory, "-c", "local", "-e", f"ansible_python_interpreter={PYTHON}", str(path)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=full_env, stdin=subprocess.DEVNULL, check=False)
     result = json.loads(out.read_text()) if out.exists() else {}
     return proc, result

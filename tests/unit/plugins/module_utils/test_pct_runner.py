@@ -191,3 +191,33 @@ def test_environment_keeps_the_callers_and_adds_sbin(monkeypatch: pytest.MonkeyP
 def test_not_found_message_names_the_node() -> None:
     error = _pct.classify(201, 2, "Configuration file 'nodes/pve-b/lxc/201.conf' does not exist")
     assert error is not None and error.cause.startswith("no such container on this node, pve-b (Configuration file 'nodes/pve-b/lxc/201.conf'")
+
+
+# Gives sh a pty, as pct exec does under a terminal (the stand-in's pty knob): echo on, an interactive shell.
+PTY_PCT = """import os, sys
+sys.path.insert(0, %r)
+from standin_verbs import run_with_pty
+sys.exit(run_with_pty(["sh", "-s"], dict(os.environ)))
+""" % str(Path(__file__).resolve().parents[4] / "tools" / "pve_standin")
+
+
+def test_output_lines_stay_clean_under_a_pty(tmp_path: Path) -> None:
+    """Echo and prompts are off before the program is sent: no output line is polluted (20 runs)."""
+    pct = _fake_pct(tmp_path, PTY_PCT)
+    program = "x='" + "y" * 20_000 + "'\n" + "".join(f"echo trainops:line{i}=v{i}\n" for i in range(5))
+    for _run in range(20):
+        rc, out, _err = _pct.run_in_container(None, 201, program, pct_path=pct, timeout=60)
+        lines = [line.rstrip("\r") for line in out.split("\n")]
+        assert rc == 0 and [f"trainops:line{i}=v{i}" for i in range(5)] == [x for x in lines if "trainops:line" in x], out[-2000:]
+
+
+def test_container_status_reads_pct_status() -> None:
+    calls = []
+
+    def runner(argv, stdin, timeout, env):
+        calls.append(argv)
+        return (0, b"status: stopped\n", b"") if argv[2] == "201" else (2, b"", b"Configuration file 'nodes/n/lxc/202.conf' does not exist\n")
+
+    assert _pct.container_status(runner, 201) == "stopped" and calls == [["pct", "status", "201"]]
+    assert _pct.container_status(runner, 202) is None
+    assert _pct.container_status(object(), 201, pct_path="/nonexistent/pct") is None

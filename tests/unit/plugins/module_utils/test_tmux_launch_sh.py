@@ -356,3 +356,59 @@ def test_stop_with_int_reaches_a_python_job_as_keyboard_interrupt(tmp_path: Path
     assert rc == 0, err
     assert facts["exit_status"] == "5" and facts["killed"] == "0"
     assert "graceful" in Path(spec.log_path).read_text(encoding="utf-8")
+
+
+@needs_tmux
+def test_script_without_execute_bit_says_how_to_fix(tmp_path: Path, tmux_socket: Path) -> None:
+    script = tmp_path / "start.sh"
+    script.write_text("#!/bin/sh\necho started\n", encoding="utf-8")
+    script.chmod(0o644)
+    spec = _spec(tmp_path, argv=[str(script)])
+    rc, facts, _err = _launch(spec, tmux_socket)
+    assert rc == 23 and facts["error"] == "script_missing"
+    assert facts["message"] == (f"script {script} is not executable: make it executable (chmod +x {script}) "
+                                f"or run it through its interpreter (argv: [sh, {script}])")
+    assert _tmux(tmux_socket, "has-session", "-t", "=job").returncode != 0 and not Path(spec.log_path).exists()
+
+
+@pytest.fixture()
+def small_fs(tmp_path: Path):
+    """A full 16 KiB tmpfs (root only)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True, check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+@needs_tmux
+def test_full_log_fs_is_named_and_keeps_the_earlier_log(tmp_path: Path, tmux_socket: Path, small_fs: Path) -> None:
+    log = small_fs / "job.log"
+    log.write_bytes(b"precious\n" * 100)
+    subprocess.run(["dd", "if=/dev/zero", f"of={small_fs / 'filler'}", "bs=1k"], capture_output=True, check=False)
+    spec = _spec(tmp_path, command="echo started; sleep 60", log_path=str(log))
+    for attempt in range(3):
+        rc, facts, _err = _launch(spec, tmux_socket)
+        assert rc == 30 and facts["error"] == "start_failed"
+        assert facts["message"].startswith(f"cannot write the log header to {log}: No space left on device, the file system of {small_fs} is full")
+        assert (f"(the earlier log is kept as {log}.1)" in facts["message"]) is (attempt == 0)
+        assert sorted(p.name for p in small_fs.iterdir()) == ["filler", "job.log.1"]
+        assert (small_fs / "job.log.1").read_bytes() == b"precious\n" * 100
+    assert _tmux(tmux_socket, "has-session", "-t", "=job").returncode != 0
+
+
+@needs_tmux
+def test_a_job_that_exits_at_once_keeps_its_exit_status(tmp_path: Path, tmux_socket: Path) -> None:
+    """With job control on, dash forgot a job that ended before ``wait`` ran (status 127, about 1 in 7 launches)."""
+    specs = [dataclasses.replace(_spec(tmp_path, session_name=f"fast{i}", command="echo boom; exit 3"),
+                                 log_path=str(tmp_path / "logs" / f"fast{i}.log")) for i in range(25)]
+    for spec in specs:
+        rc, _facts, err = _launch(spec, tmux_socket)
+        assert rc == 0, err
+    for spec in specs:
+        _wait_for(lambda s=spec: Path(s.log_path + ".exit").exists())
+    statuses = [Path(s.log_path + ".exit").read_text(encoding="utf-8").splitlines()[1] for s in specs]
+    assert statuses == ["exit_status=3"] * len(specs)

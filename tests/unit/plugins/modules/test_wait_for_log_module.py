@@ -105,3 +105,46 @@ def test_pct_error_message(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
 def test_needs_session_or_log(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     result = run_module(monkeypatch, capsys, LocalContainer(), vmid=250)
     assert result["failed"] and "one of the following is required: session_name, log_path" in result["msg"]
+
+
+class KilledContainer(LocalContainer):
+    """The poll program is killed with its container (lxc-attach exits 137, nothing on stderr)."""
+
+    def __call__(self, module: t.Any, vmid: int, program: str, stdin_data: bytes = b"", pct_path: str = "pct",
+                 timeout: float | None = None) -> tuple[int, str, str]:
+        self.calls.append({"vmid": vmid})
+        return 137, "trainops:engine=python3\n", ""
+
+
+@pytest.mark.parametrize("status", ["stopped", "running", None])
+def test_container_stopped_during_the_wait(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], status: str | None) -> None:
+    asked: list[tuple[int, str]] = []
+    monkeypatch.setattr(wait_for_log, "container_status", lambda module, vmid, pct_path: asked.append((vmid, pct_path)) or status)
+    monkeypatch.setattr(wait_for_log.time, "sleep", lambda seconds: None)
+    result = run_module(monkeypatch, capsys, KilledContainer(), vmid=250, session_name="train", pattern="Epoch")
+    assert result["failed"] and result.get("verdict") is None
+    assert asked == [(250, "pct")] * (1 if status == "stopped" else wait_for_log.STATUS_TRIES)
+    if status == "stopped":
+        assert result["msg"] == ("Cannot wait for session train in container 250: the container is not running any more (it stopped "
+                                 "during the wait, and the job with it); start it with 'pct start 250' and launch the job again")
+    else:
+        assert result["msg"].startswith("Cannot wait for session train in container 250: the poll program in the container failed (exit status 137)")
+
+
+@pytest.mark.parametrize("hide_python", [False, True])
+def test_tmux_missing_never_proves_a_start_with_an_old_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str], hide_python: bool) -> None:
+    log = tmp_path / "t.log"
+    log.write_bytes(HEADER + b"Epoch 1/3\n")
+
+    class NoTmux(LocalContainer):
+        def __call__(self, module: t.Any, vmid: int, program: str, *args: t.Any, **kwargs: t.Any) -> tuple[int, str, str]:
+            program = program.replace('("tmux", "-u")', '("no-such-tmux", "-u")').replace("command -v tmux", "command -v no-such-tmux")
+            return super().__call__(module, vmid, program, *args, **kwargs)
+
+    monkeypatch.setattr(wait_for_log.AnsibleModule, "warn", lambda self, text: None)
+    result = run_module(monkeypatch, capsys, NoTmux(hide_python=hide_python), vmid=250, session_name="train", log_path=str(log),
+                        pattern="Epoch", timeout=5)
+    assert result["failed"] and result["verdict"] == "died" and result["tmux_missing"] is True
+    assert result["engine"] == ("sh" if hide_python else "python3") and result["log_size"] == log.stat().st_size
+    assert result["msg"].startswith("Cannot watch session train in container 250: tmux is not installed in the container")
