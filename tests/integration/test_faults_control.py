@@ -601,7 +601,7 @@ def test_fault_controller_killed_in_wait(local: Playbooks, local_ct: int, standi
 
 def test_fault_two_launches_at_once(local: Playbooks, local_ct: int, standin: StandinNode) -> None:
     job, host = Job(standin, local_ct, "twice", late=2), f"ct{local_ct}"
-    launched = [local.start(local.folder / "launch_only.yml", job.vars()) for _ in range(2)]
+    launched = [local.start(local.folder / "launch_only.yml", job.vars()) for _attempt in range(2)]
     runs = [one.finish() for one in launched]
     for run in runs:
         assert run.rc == 0, run.output

@@ -193,4 +193,4 @@ def test_node_lost_during_the_wait_names_it(shown: list[str], delegate_to: str |
     assert text.startswith(f"Cannot wait for session train in container 630: node {node} cannot be reached (10 s into the wait of 120 s): "
                            'Data could not be sent to remote host "pve-i". Make sure this host can be reached over ssh. '), text
     assert f"once node {node} can be reached, check it (playbooks/status.yml)" in text and "not proven" in text
-    assert "started" not in text.split(":")[0] and caught.value.__cause__ is None and len(script.args) == 2
+    assert "started" not in text.split(":", maxsplit=1)[0] and caught.value.__cause__ is None and len(script.args) == 2
