@@ -26,11 +26,10 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_report i
     SH_HELPERS,
     parse_records,
     to_int,
+    vmid_errors,
 )
 
 MODULE_NAME = "trainops.pct_launch.wait_for_log"
-VMID_MIN = 100
-VMID_MAX = 999_999_999
 CHUNK_SECONDS = 10.0
 MAX_SLEEP = 1.0
 MAX_TAIL_LINES = 10000
@@ -62,9 +61,7 @@ def _regex_error(option: str, value: str) -> str | None:
 
 
 def _range_errors(params: t.Mapping[str, t.Any]) -> list[str]:
-    errors = []
-    if not VMID_MIN <= params["vmid"] <= VMID_MAX:
-        errors.append(f"Cannot use option vmid {params['vmid']}: a VMID is an integer from {VMID_MIN} to {VMID_MAX}")
+    errors = vmid_errors(params["vmid"])
     if not params["timeout"] > 0:
         errors.append(f"Cannot use option timeout {params['timeout']}: it must be more than 0 seconds")
     if not 0 < params["sleep"] <= MAX_SLEEP:
@@ -163,6 +160,37 @@ def read_exit(path):
             data = handle.read(65536)
     except OSError:
         return None
+    return parse_exit(data)
+
+
+def recorded_log_path(session):
+    try:
+        with open("/run/trainops/%s/log_path" % session, "rb") as handle:
+            return handle.read(65536).decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+
+
+def read_exit_record(log, session):
+    """LOG.exit; when it is missing or empty (a full file system), /run/trainops/NAME/exit of the launch that wrote LOG."""
+    info = read_exit(log + ".exit")
+    if info or not session or recorded_log_path(session) != log:
+        return info
+    return read_exit("/run/trainops/%s/exit" % session) or info
+
+
+def mark_proven(session):
+    """Record on the session that its start is proven (tmux_session reports it; launch.yml then skips the proof)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        proc = subprocess.Popen(("tmux", "set-option", "-t", "=" + session + ":", "@trainops_proven", stamp),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=TMUX_ENV)
+    except OSError:
+        return False
+    return proc.wait() == 0
+
+
+def parse_exit(data):
     info = {}
     for line in data.decode("utf-8", "replace").splitlines():
         key, sep, value = line.partition("=")
@@ -340,20 +368,22 @@ def main():
         return
     deadline = started + P["duration"]
     while True:
-        exit_info = read_exit(log + ".exit")
+        exit_info = read_exit_record(log, session)
         if state == "alive" and not pid_alive(pid):
             state = "ended"
         ended = exit_info is not None or state not in ("alive", "none")
         lines, offset, size, more = read_new(log, offset)
         verdict, line = scan(lines, pat, fail)
         if verdict is None and ended and not more:
-            verdict, exit_info = "died", exit_info or read_exit(log + ".exit")
+            verdict, exit_info = "died", exit_info or read_exit_record(log, session)
         if verdict is None and time.monotonic() >= deadline:
             verdict = "pending"
         if verdict is not None:
             break
         if not more:
             time.sleep(max(0.0, min(P["sleep"], deadline - time.monotonic())))
+    if verdict == "started" and state == "alive" and session:
+        emit("proof_recorded", 1 if mark_proven(session) else 0)
     report(verdict, line, log, offset, size, state, pid if state == "alive" else None, exit_info, started)
 
 
@@ -400,7 +430,7 @@ if [ "$state" = tmux_missing ]; then  # no tmux session can have written this lo
 fi
 while [ -z "$verdict" ] && [ -n "$LOG" ]; do
   ended=0
-  [ -f "$LOG.exit" ] && ended=1
+  [ -f "$(exit_path "$LOG" "$SESSION")" ] && ended=1
   if [ "$state" = alive ] && ! alive; then state=ended; fi
   case $state in alive | none) ;; *) ended=1 ;; esac
   size=
@@ -414,6 +444,10 @@ while [ -z "$verdict" ] && [ -n "$LOG" ]; do
   sleep "$SLEEP"
 done
 [ -n "$verdict" ] || verdict=died
+if [ "$verdict" = started ] && [ "$state" = alive ]; then
+  if tm set-option -t "=$SESSION:" @trainops_proven "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >/dev/null 2>&1; then kv proof_recorded 1
+  else kv proof_recorded 0; fi
+fi
 kv verdict "$verdict"
 kv offset "$OFF"
 kv log_path "$LOG"
@@ -423,7 +457,7 @@ kv session "$state"
 [ -n "$line" ] && kv matched_line "$line"
 [ -n "$LOG" ] && awk "$ENC"'
 { i = index($0, "="); k = substr($0, 1, i - 1)
-  if (i > 1 && k ~ /^[A-Za-z0-9_]+$/) print "trainops:exit." k "=" enc(substr($0, i + 1)) }' "$LOG.exit" 2>/dev/null
+  if (i > 1 && k ~ /^[A-Za-z0-9_]+$/) print "trainops:exit." k "=" enc(substr($0, i + 1)) }' "$(exit_path "$LOG" "$SESSION")" 2>/dev/null
 [ -n "$LOG" ] && lines "$LOG" "$TAIL" tail
 if [ "$verdict" = pending ] && [ "$state" = alive ]; then
   ps -e -o pid= -o ppid= -o stat= -o time= -o args= 2>/dev/null | awk -v root="$PID" "$ENC"'
@@ -529,6 +563,7 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
         "process_tree": list(facts.get("ps", [])),
         "engine": facts.get("engine"),
         "pct_calls": chunks,
+        "proof_recorded": facts.get("proof_recorded") == "1",
     }
 
 

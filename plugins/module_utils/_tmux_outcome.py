@@ -145,6 +145,15 @@ def _int(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
+def proven(facts: dict[str, str], state: str, changed: bool) -> bool | None:
+    """Whether the start of the running job was proven (``@trainops_proven``, set by wait_for_log); None when none runs."""
+    if state != "running":
+        return None
+    if changed:
+        return False
+    return (facts.get("proven") or facts.get("before_proven")) == "1"
+
+
 def result(spec: LaunchSpec, facts: dict[str, str], check_mode: bool) -> dict[str, t.Any]:
     """The module's return values."""
     changed, state = _changed_and_state(spec, facts, check_mode)
@@ -161,6 +170,7 @@ def result(spec: LaunchSpec, facts: dict[str, str], check_mode: bool) -> dict[st
         "state": state,
         "diff": diff(spec, facts, state),
     }
+    out["proven"] = proven(facts, state, changed) if not check_mode else None
     if facts.get("exit_status"):
         out["exit_status"] = _int(facts["exit_status"])
     if facts.get("killed") == "1":

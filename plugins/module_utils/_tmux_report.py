@@ -64,6 +64,15 @@ recorded_log() {
   [ -f "/run/trainops/$1/log_path" ] || return 0
   cat "/run/trainops/$1/log_path"
 }
+# The exit record of log $1 of session $2: LOG.exit; when it is missing or empty (its file system was full),
+# /run/trainops/NAME/exit, the wrapper's copy, if the session's last launch wrote that log.
+exit_path() {
+  if [ ! -s "$1.exit" ] && [ -n "${2-}" ] && [ -s "/run/trainops/$2/exit" ] && [ "$(recorded_log "$2")" = "$1" ]; then
+    printf '%s\n' "/run/trainops/$2/exit"
+  else
+    printf '%s\n' "$1.exit"
+  fi
+}
 exitfile() {
   [ -f "$1" ] || return 0
   kv exit_file 1
@@ -97,18 +106,19 @@ files() {
     kv log_size "$(wc -c < "$1" | tr -d ' ')"
     lines "$1" "$LINES" line
   fi
-  exitfile "$1.exit"
+  exitfile "$(exit_path "$1" "${2-}")"
 }
 report_tmux() {
   tsession "$1" || return 1
   log=$(tm display-message -p -t "$1" '#{@trainops_log}' 2>/dev/null)
-  files "$log"
+  name=; [ -s "$log.exit" ] || name=$(tm display-message -p -t "$1" '#{session_name}' 2>/dev/null)
+  files "$log" "$name"
 }
 report_gone() {
   kv session "$1"
   kv in_tmux 0
   kv managed 1
-  files "$2"
+  files "$2" "$1"
 }
 if ! command -v tmux >/dev/null 2>&1; then
   kv tmux missing
@@ -140,11 +150,16 @@ kv done 1
 """
 
 
+def vmid_errors(vmid: int) -> list[str]:
+    """The problem with option ``vmid`` (outside Proxmox VE's VMID range), as a list of none or one."""
+    if VMID_MIN <= vmid <= VMID_MAX:
+        return []
+    return [f"Cannot use option vmid {vmid}: a VMID is an integer from {VMID_MIN} to {VMID_MAX}"]
+
+
 def check_info_options(params: t.Mapping[str, t.Any]) -> list[str]:
     """Problems with the options of ``tmux_session_info``, each ``Cannot use option X ...: cause``."""
-    errors = []
-    if not VMID_MIN <= params["vmid"] <= VMID_MAX:
-        errors.append(f"Cannot use option vmid {params['vmid']}: a VMID is an integer from {VMID_MIN} to {VMID_MAX}")
+    errors = vmid_errors(params["vmid"])
     name = params.get("session_name")
     if name is not None and not SESSION_NAME_RE.match(name):
         errors.append(f"Cannot use option session_name {name!r}: a session name is 1 to 64 of A-Z a-z 0-9 _ -")

@@ -45,6 +45,15 @@ t_fail() { t_emit error "$1"; t_emit_enc message "$3"; exit "$2"; }
 t_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 t_nap() { sleep 0.1 2>/dev/null || sleep 1; }
 t_tmux() { env -i PATH="$PATH" HOME=/root tmux "$@"; }
+# The exit record of log $1: LOG.exit; when that is missing or empty (its file system was full), the copy the
+# wrapper keeps in $t_dir/exit, if the session's last launch wrote that log. Prints nothing when there is none.
+t_exit_record() {
+  if [ -s "$1.exit" ]; then printf '%s\n' "$1.exit"
+  elif [ -s "$t_dir/exit" ] && [ -f "$t_dir/log_path" ] && [ "$(cat "$t_dir/log_path")" = "$1" ]; then printf '%s\n' "$t_dir/exit"
+  elif [ -e "$1.exit" ]; then printf '%s\n' "$1.exit"
+  fi
+}
+t_exit_status() { sed -n 's/^exit_status=//p' "$1" | head -n 1; }
 """
 
 _PREFLIGHT = r"""
@@ -113,10 +122,11 @@ t_lock() {
 
 _PROBE = r"""
 t_probe() {
-  t_running=0; t_dead_session=0; t_pane_pid=; t_rspec=; t_rstarted=; t_rlog=
+  t_running=0; t_dead_session=0; t_pane_pid=; t_rspec=; t_rstarted=; t_rlog=; t_proven=0
   if [ "$t_tmux_missing" = 0 ] && t_tmux has-session -t "=$t_name" 2>/dev/null; then
-    t_i=$(t_tmux display-message -p -t "=$t_name:" '#{pane_dead}:#{pane_pid}:#{@trainops_spec}:#{@trainops_started_at}' 2>/dev/null) || t_i=
-    t_dead=${t_i%%:*}; t_i=${t_i#*:}; t_pane_pid=${t_i%%:*}; t_i=${t_i#*:}; t_rspec=${t_i%%:*}; t_rstarted=${t_i#*:}
+    t_i=$(t_tmux display-message -p -t "=$t_name:" '#{pane_dead}:#{pane_pid}:#{@trainops_spec}:#{?@trainops_proven,1,0}:#{@trainops_started_at}' 2>/dev/null) || t_i=
+    t_dead=${t_i%%:*}; t_i=${t_i#*:}; t_pane_pid=${t_i%%:*}; t_i=${t_i#*:}; t_rspec=${t_i%%:*}; t_i=${t_i#*:}
+    t_proven=${t_i%%:*}; t_rstarted=${t_i#*:}
     t_rlog=$(t_tmux -u show-options -v -t "=$t_name:" @trainops_log 2>/dev/null) || t_rlog=
     # Byte-exact from the file this launch wrote (tmux prints "_" for non-ASCII and control bytes without -u).
     if [ -n "$t_rlog" ] && [ -f "$t_dir/log_path" ]; then t_rlog=$(cat "$t_dir/log_path"); fi
@@ -125,7 +135,7 @@ t_probe() {
   t_l=${t_log:-$t_rlog}
   t_before=absent
   if [ "$t_running" = 1 ]; then t_before=running
-  elif [ -n "$t_l" ] && [ -e "$t_l.exit" ]; then t_before=finished
+  elif [ -n "$t_l" ] && [ -n "$(t_exit_record "$t_l")" ]; then t_before=finished
   elif [ -n "$t_l" ] && [ -e "$t_l" ]; then t_before=vanished
   fi
   if [ "$t_running" = 1 ] && [ -f "$t_dir/spec" ]; then t_emit_enc running_summary "$(cat "$t_dir/spec")"; fi
@@ -133,6 +143,7 @@ t_probe() {
   t_emit before_state "$t_before"
   t_emit before_pane_pid "$t_pane_pid"
   t_emit before_started_at "$t_rstarted"
+  [ "$t_running" = 1 ] && t_emit before_proven "$t_proven"
 }
 t_same_spec() { [ "$t_rspec" = "$t_spec" ]; }
 t_conflict() {
@@ -155,9 +166,11 @@ t_wait_session_end() {
 }
 t_write_exit_killed() {
   t_x=${t_rlog:-$t_log}
-  [ -n "$t_x" ] && [ ! -e "$t_x.exit" ] || return 0
-  printf 'session_name=%s\nexit_status=137\nstarted_at=%s\nended_at=%s\nstopped_by=trainops\n' \
-    "$t_name" "$t_rstarted" "$(t_now)" > "$t_x.exit.tmp.$$" && mv -f "$t_x.exit.tmp.$$" "$t_x.exit"
+  [ -n "$t_x" ] && [ -z "$(t_exit_record "$t_x")" ] || return 0
+  t_rec=$(printf 'session_name=%s\nexit_status=137\nstarted_at=%s\nended_at=%s\nstopped_by=trainops' "$t_name" "$t_rstarted" "$(t_now)")
+  (umask 077; printf '%s\n' "$t_rec" > "$t_dir/exit.tmp.$$" && mv -f "$t_dir/exit.tmp.$$" "$t_dir/exit") 2>/dev/null
+  { printf '%s\n' "$t_rec" > "$t_x.exit.tmp.$$" && [ "$(cat "$t_x.exit.tmp.$$")" = "$t_rec" ] &&
+    mv -f "$t_x.exit.tmp.$$" "$t_x.exit"; } 2>/dev/null || rm -f "$t_x.exit.tmp.$$"
 }
 t_stop() {
   t_pgid=$(cat "$t_dir/pgid" 2>/dev/null) || t_pgid=
@@ -178,14 +191,24 @@ t_stop() {
   fi
   t_emit killed "$t_killed"
   t_x=${t_rlog:-$t_log}
-  [ -n "$t_x" ] && [ -f "$t_x.exit" ] && t_emit exit_status "$(sed -n 's/^exit_status=//p' "$t_x.exit" | head -n 1)"
+  t_xr=; [ -n "$t_x" ] && t_xr=$(t_exit_record "$t_x")
+  [ -n "$t_xr" ] && [ -f "$t_xr" ] && t_emit exit_status "$(t_exit_status "$t_xr")"
   t_emit_enc stopped_log "$t_x"
 }
 """
 
 _START = r"""
+# Before a rotation: the previous run's exit record that only /run kept (its log's file system was full) goes to
+# LOG.exit, so that it moves to LOG.1.exit with its log (the next launch removes $t_dir/exit); whole or not at all.
+t_keep_exit_record() {
+  [ "$(t_exit_record "$t_log")" = "$t_dir/exit" ] || return 0
+  t_rec=$(cat "$t_dir/exit")
+  { printf '%s\n' "$t_rec" > "$t_log.exit.tmp.$$" && [ "$(cat "$t_log.exit.tmp.$$")" = "$t_rec" ] &&
+    mv -f "$t_log.exit.tmp.$$" "$t_log.exit"; } 2>/dev/null || rm -f "$t_log.exit.tmp.$$"
+}
 t_rotate() {
   t_rotated=
+  t_keep_exit_record
   [ -e "$t_log" ] || [ -e "$t_log.exit" ] || return 0
   t_k=$t_keep
   rm -f -- "$t_log.$t_k" "$t_log.$t_k.exit"
@@ -229,7 +252,7 @@ t_header_failed() {
   t_fail start_failed 30 "cannot write the log header to $t_log$t_kept"
 }
 t_write_files() {
-  rm -f "$t_dir/pgid" "$t_dir/stop_requested" "$t_dir/env"
+  rm -f "$t_dir/pgid" "$t_dir/stop_requested" "$t_dir/env" "$t_dir/exit"
   (umask 077
    t_wrapper > "$t_dir/run.sh.tmp" && mv -f "$t_dir/run.sh.tmp" "$t_dir/run.sh" &&
    t_summary > "$t_dir/spec" &&
@@ -246,11 +269,12 @@ t_new_session() {
 }
 t_wait_job() {
   t_n=0
-  while [ ! -e "$t_dir/pgid" ] && [ ! -e "$t_log.exit" ] && [ "$t_n" -lt 50 ]; do t_nap; t_n=$((t_n + 1)); done
+  while [ ! -e "$t_dir/pgid" ] && [ -z "$(t_exit_record "$t_log")" ] && [ "$t_n" -lt 50 ]; do t_nap; t_n=$((t_n + 1)); done
   t_state=running
-  if [ -e "$t_log.exit" ] && ! t_tmux has-session -t "=$t_name" 2>/dev/null; then
+  t_xr=$(t_exit_record "$t_log")
+  if [ -n "$t_xr" ] && ! t_tmux has-session -t "=$t_name" 2>/dev/null; then
     t_state=finished
-    t_emit exit_status "$(sed -n 's/^exit_status=//p' "$t_log.exit" | head -n 1)"
+    t_emit exit_status "$(t_exit_status "$t_xr")"
   fi
   t_emit job_pgid "$(cat "$t_dir/pgid" 2>/dev/null)"
 }
@@ -290,7 +314,7 @@ t_main() {
   t_probe
   case $t_action:$t_running in
     start:1) if t_same_spec; then t_emit result unchanged; t_emit pane_pid "$t_pane_pid"; t_emit started_at "$t_rstarted"
-             t_emit state running; else t_conflict; fi ;;
+             t_emit proven "$t_proven"; t_emit state running; else t_conflict; fi ;;
     start:0) t_start ;;
     stop:1) t_stop; t_emit result stopped ;;
     stop:0) if [ "$t_dead_session" = 1 ]; then t_tmux kill-session -t "=$t_name" 2>/dev/null; fi; t_emit result unchanged ;;
@@ -382,10 +406,15 @@ while [ -z "$w_rc" ]; do
 done
 w_ended=$(w_now)
 printf '### trainops.pct_launch: session=%s exit_status=%s ended_at=%s\n' "$w_name" "$w_rc" "$w_ended" >> "$w_log"
-{
-  printf 'session_name=%s\nexit_status=%s\nstarted_at=%s\nended_at=%s\n' "$w_name" "$w_rc" "$w_started" "$w_ended"
-  if [ -f "$w_dir/stop_requested" ]; then printf 'stopped_by=trainops\nstop_signal=%s\n' "$(cat "$w_dir/stop_requested")"; fi
-} > "$w_exitf.tmp.$$" && mv -f "$w_exitf.tmp.$$" "$w_exitf"
+# The exit record: first to $w_dir/exit (/run, always writable; lost at a reboot), then to LOG.exit (kept), only
+# when it was written whole (a full file system leaves an empty or short file, and then no LOG.exit).
+w_record=$(
+  printf 'session_name=%s\nexit_status=%s\nstarted_at=%s\nended_at=%s' "$w_name" "$w_rc" "$w_started" "$w_ended"
+  if [ -f "$w_dir/stop_requested" ]; then printf '\nstopped_by=trainops\nstop_signal=%s' "$(cat "$w_dir/stop_requested")"; fi
+)
+(umask 077; printf '%s\n' "$w_record" > "$w_dir/exit.tmp.$$" && mv -f "$w_dir/exit.tmp.$$" "$w_dir/exit") 2>/dev/null
+{ printf '%s\n' "$w_record" > "$w_exitf.tmp.$$" && [ "$(cat "$w_exitf.tmp.$$")" = "$w_record" ] &&
+  mv -f "$w_exitf.tmp.$$" "$w_exitf"; } 2>/dev/null || rm -f "$w_exitf.tmp.$$"
 rm -f "$w_dir/pgid"
 exit "$w_rc"
 """

@@ -149,6 +149,8 @@ requirements:
   - In the container, a POSIX C(sh), C(tmux) (any version since 2.0), C(awk) and C(setsid) (util-linux or busybox).
 notes:
   - A container restart ends all tmux sessions in it; the log then lacks its trailer and C(LOG.exit) is missing.
+  - The wrapper writes the exit record twice, to C(/run/trainops/NAME/exit) (always writable, lost at a reboot) and
+    to C(LOG.exit) (kept); when the log's file system is full only the first exists, and the exit status is read from it.
 seealso:
   - module: trainops.pct_launch.tmux_session_info
   - module: trainops.pct_launch.wait_for_log
@@ -244,6 +246,16 @@ exit_status:
   returned: when the job ended during the task
   type: int
   sample: 143
+proven:
+  description:
+    - For a running job, whether its start was proven, that is whether M(trainops.pct_launch.wait_for_log) reached the
+      verdict V(started) for this session (it records that on the session, tmux user option C(@trainops_proven)).
+    - V(false) for a job this task started, and for a running job whose start was never proven (for example when the
+      controller or the node was lost during the wait); C(playbooks/launch.yml) then proves it.
+    - Null when no job runs after the task, and in check mode.
+  returned: always
+  type: bool
+  sample: true
 killed:
   description: True when stopping needed C(SIGKILL) after O(stop_timeout).
   returned: when stopping needed SIGKILL

@@ -124,7 +124,10 @@ sessions:
       type: str
       sample: '2025-01-01T12:00:00Z'
     exit_status:
-      description: Exit status when V(finished) (128+N when killed by signal N), else null.
+      description:
+        - Exit status when V(finished) (128+N when killed by signal N), else null.
+        - From C(LOG.exit); when that is missing or empty (the log's file system was full when the job ended), from
+          C(/run/trainops/NAME/exit), the copy the wrapper keeps, if the session's last launch wrote that log.
       type: int
       sample: 0
     ended_at:

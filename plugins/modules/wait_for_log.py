@@ -106,6 +106,13 @@ notes:
     docs/launch-protocol.md of the collection.
   - As a handler notified by M(trainops.pct_launch.tmux_session), follow the launch with the task
     C(ansible.builtin.meta) V(flush_handlers) so that a job that did not start fails the play right there.
+  - When the node cannot be reached during the wait, the task is unreachable, with a message naming the node and the
+    session and saying that the job's start is not proven (the job may still run).
+  - With O(session_name), the verdict V(started) is recorded on the running session (tmux user option
+    C(@trainops_proven)), so that M(trainops.pct_launch.tmux_session) returns RV(trainops.pct_launch.tmux_session#module:proven=true)
+    for it and C(playbooks/launch.yml) does not prove it again.
+  - When C(LOG.exit) is missing or empty (the log's file system was full when the job ended), the exit status is read from
+    C(/run/trainops/NAME/exit), the copy the wrapper keeps, if the session's last launch wrote that log.
 """
 
 EXAMPLES = r"""
@@ -201,7 +208,9 @@ pane_pid:
   returned: always
   type: int
 exit_status:
-  description: Exit status of the job from C(LOG.exit) (128+N when killed by signal N), when it ended.
+  description:
+    - Exit status of the job from C(LOG.exit) (128+N when killed by signal N), when it ended.
+    - Read from C(/run/trainops/NAME/exit) when C(LOG.exit) is missing or empty (see the notes).
   returned: always
   type: int
   sample: 1
@@ -218,6 +227,13 @@ process_tree:
   returned: always
   type: list
   elements: str
+proof_recorded:
+  description:
+    - Whether this wait recorded the verdict V(started) on the running session (tmux user option C(@trainops_proven)).
+    - False when RV(verdict) is not V(started), when no O(session_name) was given, or when the session ended meanwhile.
+  returned: always
+  type: bool
+  sample: true
 engine:
   description: V(python3), or V(sh) when the container has no python3 and C(grep -E) matched the patterns.
   returned: always

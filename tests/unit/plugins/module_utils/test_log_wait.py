@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -300,3 +301,81 @@ def test_program_failure() -> None:
     text = program_failure(3, "trainops:error=pattern_invalid\ntrainops:message=bad%20one\n", "", opts)
     assert text == "Cannot wait for session t in container 250: the poll program in the container failed (exit status 3): bad one"
     assert "exit status 2): sh: 1: syntax error" in program_failure(2, "", "sh: 1: syntax error\n", opts)
+
+
+# ---- the start proof (@trainops_proven) and the exit record in /run/trainops/NAME/exit (proof-and-exit) ----
+
+def run_root_at(tmp_path: Path, program: str) -> str:
+    """The program with /run/trainops/ moved into the test's directory."""
+    return program.replace("/run/trainops/", f"{tmp_path}/run/")
+
+
+def poll_with_run(tmp_path: Path, engine: str, duration: float = 2.0, **kwargs: object) -> dict[str, object]:
+    """``poll`` with the run directory in tmp_path."""
+    program = run_root_at(tmp_path, private_tmux(build_poll_program(params(**kwargs), duration, 0)))
+    env = {"PATH": tools_path(tmp_path, engine), "LANG": "C.UTF-8", "TMUX_TMPDIR": str(tmp_path)}
+    proc = subprocess.run(["/bin/sh", "-c", program], capture_output=True, encoding="utf-8", errors="surrogateescape",
+                          env=env, stdin=subprocess.DEVNULL, timeout=60, check=False)
+    facts = parse_poll_output(proc.stdout)
+    facts["_out"] = proc.stdout + proc.stderr
+    return facts
+
+
+def show_proven(env: dict[str, str], name: str) -> str:
+    out = subprocess.run(["tmux", "show-options", "-v", "-t", f"={name}:", "@trainops_proven"], env=env,
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+@ENGINES
+def test_started_is_recorded_on_the_session(tmp_path: Path, tmux_env: dict[str, str], engine: str) -> None:
+    log = tmp_path / "p.log"
+    launch(tmux_env, "p", log, "echo Epoch 1; sleep 60")
+    assert show_proven(tmux_env, "p") == ""
+    facts = poll(tmp_path, engine, duration=20, session_name="p", pattern="Epoch")
+    assert facts["verdict"] == "started" and facts["proof_recorded"] == "1", facts["_out"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", show_proven(tmux_env, "p"))
+    assert result_from_facts(facts, 0.5)["proof_recorded"] is True
+
+
+@ENGINES
+def test_no_proof_without_a_started_verdict_or_a_session(tmp_path: Path, tmux_env: dict[str, str], engine: str) -> None:
+    log = tmp_path / "q.log"
+    launch(tmux_env, "q", log, "echo warming up; sleep 60")
+    facts = poll(tmp_path, engine, duration=1, session_name="q", pattern="Epoch")
+    assert facts["verdict"] == "pending" and "proof_recorded" not in facts, facts["_out"]
+    facts = poll(tmp_path, engine, duration=5, log_path=str(log), pattern="warming")
+    assert facts["verdict"] == "started" and "proof_recorded" not in facts, facts["_out"]
+    assert show_proven(tmux_env, "q") == "" and result_from_facts(facts, 0.5)["proof_recorded"] is False
+
+
+@ENGINES
+@pytest.mark.parametrize("exit_file", [None, b""])
+def test_died_reads_the_exit_record_in_run(tmp_path: Path, engine: str, exit_file: bytes | None) -> None:
+    log = tmp_path / "full.log"
+    log.write_bytes(HEADER + b"filling\n")
+    if exit_file is not None:
+        Path(f"{log}.exit").write_bytes(exit_file)
+    run = tmp_path / "run" / "full"
+    run.mkdir(parents=True)
+    (run / "log_path").write_text(str(log))
+    (run / "exit").write_text("session_name=full\nexit_status=3\nstarted_at=S\nended_at=E\n")
+    facts = poll_with_run(tmp_path, engine, duration=5, session_name="full", pattern="Epoch")
+    assert facts["verdict"] == "died" and facts["exit"]["exit_status"] == "3", facts["_out"]
+    assert result_from_facts(facts, 0.5)["session_state"] == "finished"
+    (run / "log_path").write_text(str(tmp_path / "another.log"))  # the record belongs to another launch
+    facts = poll_with_run(tmp_path, engine, duration=5, session_name="full", log_path=str(log), pattern="Epoch")
+    assert facts["verdict"] == "died" and facts["exit"].get("exit_status") is None, facts["_out"]
+
+
+@ENGINES
+def test_log_exit_stays_the_primary_record(tmp_path: Path, engine: str) -> None:
+    log = tmp_path / "both.log"
+    log.write_bytes(HEADER)
+    Path(f"{log}.exit").write_text("session_name=both\nexit_status=0\n")
+    run = tmp_path / "run" / "both"
+    run.mkdir(parents=True)
+    (run / "log_path").write_text(str(log))
+    (run / "exit").write_text("session_name=both\nexit_status=9\n")
+    facts = poll_with_run(tmp_path, engine, duration=5, session_name="both", pattern="Epoch")
+    assert facts["verdict"] == "died" and facts["exit"]["exit_status"] == "0", facts["_out"]

@@ -412,3 +412,77 @@ def test_a_job_that_exits_at_once_keeps_its_exit_status(tmp_path: Path, tmux_soc
         _wait_for(lambda s=spec: Path(s.log_path + ".exit").exists())
     statuses = [Path(s.log_path + ".exit").read_text(encoding="utf-8").splitlines()[1] for s in specs]
     assert statuses == ["exit_status=3"] * len(specs)
+
+
+# ---- the start proof flag (@trainops_proven) and the exit record in /run (proof-and-exit) ----
+
+@needs_tmux
+def test_a_running_job_says_whether_its_start_was_proven(tmp_path: Path, tmux_socket: Path) -> None:
+    spec = _spec(tmp_path, command="echo up; sleep 60")
+    rc, facts, err = _launch(spec, tmux_socket)
+    assert rc == 0 and facts["result"] == "started" and "proven" not in facts, (facts, err)
+    rc, facts, err = _launch(spec, tmux_socket)
+    assert rc == 0 and facts["result"] == "unchanged" and facts["proven"] == "0" and facts["before_proven"] == "0", (facts, err)
+    assert _tmux(tmux_socket, "set-option", "-t", "=job:", "@trainops_proven", "2025-01-01T00:00:00Z").returncode == 0
+    rc, facts, err = _launch(spec, tmux_socket)
+    assert rc == 0 and facts["proven"] == "1" and facts["started_at"].endswith("Z") and facts["pane_pid"].isdigit(), (facts, err)
+    rc, facts, _err = _launch(dataclasses.replace(spec, state="restarted"), tmux_socket)
+    assert rc == 0 and facts["result"] == "started"
+    rc, facts, _err = _launch(spec, tmux_socket)
+    assert facts["proven"] == "0", "a restarted job is a new session: not proven"
+
+
+def test_wrapper_writes_the_same_exit_record_to_run(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, command="exit 5")
+    assert _run_wrapper(spec).returncode == 5
+    primary = Path(spec.log_path + ".exit").read_bytes()
+    copy = Path(spec.run_dir) / "exit"
+    assert copy.read_bytes() == primary
+    assert oct(copy.stat().st_mode & 0o777) == oct(0o600)
+    assert primary.startswith(b"session_name=job\nexit_status=5\nstarted_at=2025-01-01T00:00:00Z\nended_at=")
+    assert primary.endswith(b"Z\n") and primary.count(b"\n") == 4
+    assert not list(Path(spec.log_path).parent.glob("*.tmp.*")) and not list(Path(spec.run_dir).glob("*.tmp.*"))
+
+
+def test_wrapper_exit_record_names_the_stop(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, command="exit 0")
+    Path(spec.run_dir).mkdir(parents=True)
+    (Path(spec.run_dir) / "stop_requested").write_text("INT\n")
+    assert _run_wrapper(spec).returncode == 0
+    primary = Path(spec.log_path + ".exit").read_bytes()
+    assert primary.endswith(b"Z\nstopped_by=trainops\nstop_signal=INT\n")
+    assert (Path(spec.run_dir) / "exit").read_bytes() == primary
+
+
+def test_wrapper_keeps_the_exit_status_when_the_log_fs_is_full(tmp_path: Path, small_fs: Path) -> None:
+    log = small_fs / "job.log"
+    spec = _spec(tmp_path, command=f"echo started; dd if=/dev/zero of={small_fs / 'filler'} bs=1k 2>/dev/null; exit 3", log_path=str(log))
+    assert _run_wrapper(spec).returncode == 3
+    assert not Path(str(log) + ".exit").exists(), "no LOG.exit without its whole content"
+    assert sorted(p.name for p in small_fs.iterdir()) == ["filler", "job.log"]
+    record = (Path(spec.run_dir) / "exit").read_text(encoding="utf-8").splitlines()
+    assert record[:2] == ["session_name=job", "exit_status=3"]
+
+
+@needs_tmux
+def test_launch_reads_the_exit_record_in_run_when_log_exit_is_missing(tmp_path: Path, tmux_socket: Path) -> None:
+    spec = _spec(tmp_path, command="echo run; exit 4")
+    rc, _facts, err = _launch(spec, tmux_socket)
+    assert rc == 0, err
+    _wait_for(lambda: Path(spec.log_path + ".exit").exists() and _tmux(tmux_socket, "has-session", "-t", "=job").returncode != 0)
+    Path(spec.log_path + ".exit").write_bytes(b"")  # as a full file system leaves it
+    rc, facts, _err = _launch(spec, tmux_socket, check_mode=True)
+    assert rc == 0 and facts["before_state"] == "finished" and facts["would"] == "start"
+    other = dataclasses.replace(spec, log_path=str(tmp_path / "logs" / "other.log"))
+    Path(other.log_path).write_text("x\n")
+    rc, facts, _err = _launch(other, tmux_socket, check_mode=True)
+    assert facts["before_state"] == "vanished", "the record in /run belongs to another log"
+    record = (Path(spec.run_dir) / "exit").read_bytes()
+    assert b"\nexit_status=4\n" in record
+    rc, facts, err = _launch(spec, tmux_socket)  # the next launch removes the old record before it starts
+    assert rc == 0 and facts["result"] == "started", err
+    assert facts["rotated_log"] == spec.log_path + ".1"
+    assert Path(spec.log_path + ".1.exit").read_bytes() == record, "the record only /run kept moves with its log"
+    _wait_for(lambda: Path(spec.log_path + ".exit").exists())
+    assert Path(spec.log_path + ".exit").read_bytes() == (Path(spec.run_dir) / "exit").read_bytes()
+    assert not list(Path(spec.log_path).parent.glob("*.tmp.*"))

@@ -63,3 +63,15 @@ def test_result_check_mode_and_stop() -> None:
     assert out["changed"] and out["state"] == "finished" and out["exit_status"] == 137 and out["killed"] is True
     assert out["log_path"] == "/l"
     assert O.result(stop, {"result": "unchanged", "before_state": "absent"}, False)["changed"] is False
+
+
+def test_result_says_whether_the_start_was_proven() -> None:
+    running = {"result": "unchanged", "pane_pid": "42", "started_at": "T", "state": "running", "before_state": "running"}
+    assert O.result(spec(), dict(running, proven="1"), False)["proven"] is True
+    assert O.result(spec(), dict(running, proven="0"), False)["proven"] is False
+    assert O.result(spec(), running, False)["proven"] is False, "a session without the flag was never proven"
+    started = {"result": "started", "state": "running", "pane_pid": "43", "started_at": "T", "before_proven": "1"}
+    assert O.result(spec(), started, False)["proven"] is False, "a job this task started is not proven yet"
+    finished = {"result": "started", "state": "finished", "exit_status": "3"}
+    assert O.result(spec(), finished, False)["proven"] is None
+    assert O.result(spec(), {"would": "none", "before_state": "running", "before_proven": "1"}, True)["proven"] is None

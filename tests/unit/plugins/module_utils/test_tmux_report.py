@@ -222,3 +222,41 @@ def test_program_reports_tmux_sessions(tmp_path: Path, tmux_env: dict[str, str])
     assert (by_name["dead"]["state"], by_name["dead"]["exit_status"]) in (("finished", 3), ("vanished", None))
     one = sessions_from_output(run_program(build_info_program("train", None, 1), env=tmux_env).stdout)[1]
     assert [(s["name"], s["log_tail"]) for s in one] == [("train", ["Epoch 1"])]
+
+
+def test_program_reads_the_exit_record_in_run_when_log_exit_is_missing(tmp_path: Path) -> None:
+    """A session whose log's file system was full: LOG.exit is missing or empty, /run/trainops/NAME/exit has the status."""
+    log = tmp_path / "full.log"
+    log.write_text("### trainops.pct_launch: session=full\nfilling\n")
+    run = tmp_path / "run" / "full"
+    run.mkdir(parents=True)
+    (run / "log_path").write_text(str(log))
+    (run / "exit").write_text("session_name=full\nexit_status=3\nstarted_at=S\nended_at=E\n")
+    program = build_info_program("full", None, 2).replace("/run/trainops/", f"{tmp_path}/run/")
+    for exit_file in (None, ""):
+        if exit_file is not None:
+            Path(f"{log}.exit").write_text(exit_file)
+        entry = sessions_from_output(run_program(program).stdout)[1][0]
+        assert (entry["state"], entry["exit_status"], entry["ended_at"]) == ("finished", 3, "E")
+    Path(f"{log}.exit").write_text("session_name=full\nexit_status=0\nstarted_at=S\nended_at=E0\n")
+    entry = sessions_from_output(run_program(program).stdout)[1][0]
+    assert (entry["exit_status"], entry["ended_at"]) == (0, "E0"), "LOG.exit stays the primary record"
+    Path(f"{log}.exit").unlink()
+    (run / "log_path").write_text(str(tmp_path / "other.log"))
+    entry = sessions_from_output(run_program(build_info_program("full", str(log), 2).replace("/run/trainops/", f"{tmp_path}/run/")).stdout)[1][0]
+    assert (entry["state"], entry["exit_status"]) == ("vanished", None), "the record belongs to another log"
+
+
+def test_program_reads_the_exit_record_of_a_dead_pane(tmp_path: Path, tmux_env: dict[str, str]) -> None:
+    log = tmp_path / "dead.log"
+    log.write_text("x\n")
+    run = tmp_path / "run" / "dead"
+    run.mkdir(parents=True)
+    (run / "log_path").write_text(str(log))
+    (run / "exit").write_text("session_name=dead\nexit_status=3\n")
+    tmux(tmux_env, "new-session", "-d", "-s", "dead", "sleep 0.2; exit 3", ";", "set-option", "-w", "-t", "=dead:", "remain-on-exit", "on")
+    tmux(tmux_env, "set-option", "-t", "=dead:", "@trainops_log", str(log))
+    time.sleep(1)
+    program = build_info_program(None, None, 0).replace("/run/trainops/", f"{tmp_path}/run/")
+    entry = {s["name"]: s for s in sessions_from_output(run_program(program, env=tmux_env).stdout)[1]}["dead"]
+    assert (entry["state"], entry["exit_status"]) == ("finished", 3)
