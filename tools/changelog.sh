@@ -6,8 +6,11 @@
 #
 # Usage: tools/changelog.sh lint
 #          lint the fragments (changelogs/fragments/*.yml) and
-#          changelogs/changelog.yaml, then make a preview (below) and check
-#          that it is valid reStructuredText.  Part of tools/lint.sh.
+#          changelogs/changelog.yaml, then make a preview (below), check
+#          that it is valid reStructuredText and that CHANGELOG.rst is that
+#          preview (else: run `tools/changelog.sh update`).  Part of tools/lint.sh.
+#        tools/changelog.sh update
+#          write the preview to CHANGELOG.rst (commit it with the fragment).
 #        tools/changelog.sh preview [--version VERSION] [--output FILE]
 #          what `antsibull-changelog release` would write for the next
 #          release: the release is made in a copy of the collection in a
@@ -25,7 +28,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/tools/env.sh"
 
 log() { printf 'changelog: %s\n' "$*" >&2; }
-usage() { sed -n '7,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '7,20s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 if ! command -v antsibull-changelog >/dev/null 2>&1; then
     log "antsibull-changelog not found: run tools/bootstrap.sh first"
@@ -101,6 +104,11 @@ case "$command" in
         rst="$(preview "$(galaxy_version)" "$workdir")"
         check_rst "$rst"
         grep -q '^New Modules' "$rst" || { log "the preview lists no new modules: $rst"; exit 1; }
+        if ! cmp -s "$rst" "$root/CHANGELOG.rst"; then
+            diff -u "$root/CHANGELOG.rst" "$rst" | head -n 40 >&2 || true
+            log "CHANGELOG.rst is not the preview of the fragments: run tools/changelog.sh update and commit it"
+            exit 1
+        fi
         log "fragments, changelog.yaml and the release preview are fine ($((SECONDS - started)) s)"
         ;;
     preview)
@@ -123,6 +131,15 @@ case "$command" in
         else
             cat "$rst"
         fi
+        ;;
+    update)
+        [ "$#" -eq 0 ] || { usage >&2; exit 2; }
+        workdir="$(mktemp -d "${TMPDIR:-/tmp}/trainops-changelog.XXXXXX")"
+        trap 'rm -rf "$workdir"' EXIT
+        rst="$(preview "$(galaxy_version)" "$workdir")"
+        check_rst "$rst"
+        cp "$rst" "$root/CHANGELOG.rst"
+        log "wrote $root/CHANGELOG.rst"
         ;;
     -h | --help) usage ;;
     *) usage >&2; exit 2 ;;
