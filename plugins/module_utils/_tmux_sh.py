@@ -124,7 +124,8 @@ _PROBE = r"""
 t_probe() {
   t_running=0; t_dead_session=0; t_pane_pid=; t_rspec=; t_rstarted=; t_rlog=; t_proven=0
   if [ "$t_tmux_missing" = 0 ] && t_tmux has-session -t "=$t_name" 2>/dev/null; then
-    t_i=$(t_tmux display-message -p -t "=$t_name:" '#{pane_dead}:#{pane_pid}:#{@trainops_spec}:#{?@trainops_proven,1,0}:#{@trainops_started_at}' 2>/dev/null) || t_i=
+    t_f='#{pane_dead}:#{pane_pid}:#{@trainops_spec}:#{?@trainops_proven,1,0}:#{@trainops_started_at}'
+    t_i=$(t_tmux display-message -p -t "=$t_name:" "$t_f" 2>/dev/null) || t_i=
     t_dead=${t_i%%:*}; t_i=${t_i#*:}; t_pane_pid=${t_i%%:*}; t_i=${t_i#*:}; t_rspec=${t_i%%:*}; t_i=${t_i#*:}
     t_proven=${t_i%%:*}; t_rstarted=${t_i#*:}
     t_rlog=$(t_tmux -u show-options -v -t "=$t_name:" @trainops_log 2>/dev/null) || t_rlog=

@@ -226,8 +226,8 @@ def test_unproven_running_job_is_proven_on_the_rerun(ct_proof: int, standin: Sta
     standin.sh(ct_proof, 'tmux kill-session -t "=$1"', name, check=False)
 
 
-def test_a_launch_proven_by_the_handler_is_not_proven_again(ct_proof: int, standin: StandinNode, tmp_path: Path,
-                                                             counting: tuple[str, Path]) -> None:
+def test_a_launch_proven_by_the_handler_is_not_proven_again(
+        ct_proof: int, standin: StandinNode, tmp_path: Path, counting: tuple[str, Path]) -> None:
     pct_path, calls = counting
     name = name_for("fresh")
     job = {"job_hosts": "training", "job_session_name": name, "job_command": "echo 'step 1 loss 1.0'; exec sleep 600",
