@@ -133,6 +133,9 @@ t_probe() {
     if [ -n "$t_rlog" ] && [ -f "$t_dir/log_path" ]; then t_rlog=$(cat "$t_dir/log_path"); fi
     if [ "$t_dead" = 1 ]; then t_dead_session=1; else t_running=1; fi
   fi
+  # Gone from tmux: the log the last launch of this name recorded (a stop without log_path still finds
+  # the finished job's exit status, as tmux_session_info does).
+  if [ -z "$t_rlog" ] && [ -z "$t_log" ] && [ -f "$t_dir/log_path" ]; then t_rlog=$(cat "$t_dir/log_path"); fi
   t_l=${t_log:-$t_rlog}
   t_before=absent
   if [ "$t_running" = 1 ]; then t_before=running
@@ -318,7 +321,9 @@ t_main() {
              t_emit proven "$t_proven"; t_emit state running; else t_conflict; fi ;;
     start:0) t_start ;;
     stop:1) t_stop; t_emit result stopped ;;
-    stop:0) if [ "$t_dead_session" = 1 ]; then t_tmux kill-session -t "=$t_name" 2>/dev/null; fi; t_emit result unchanged ;;
+    stop:0) if [ "$t_dead_session" = 1 ]; then t_tmux kill-session -t "=$t_name" 2>/dev/null; fi
+            if [ "$t_before" = finished ]; then t_emit exit_status "$(t_exit_status "$(t_exit_record "$t_l")")"; fi
+            t_emit result unchanged ;;
     restart:1) t_stop; t_start ;;
     restart:0) t_start ;;
   esac

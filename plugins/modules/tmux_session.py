@@ -242,8 +242,11 @@ state:
   type: str
   sample: running
 exit_status:
-  description: Exit status of the job (128+N when killed by signal N), when the task saw it end.
-  returned: when the job ended during the task
+  description:
+    - Exit status of the job (128+N when killed by signal N), from its exit record.
+    - Also for a job that had already finished when O(state=stopped) found it; without O(log_path) the log
+      is the one the last launch of O(session_name) recorded.
+  returned: when the job ended during the task, or had already finished
   type: int
   sample: 143
 proven:

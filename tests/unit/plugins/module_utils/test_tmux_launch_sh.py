@@ -32,6 +32,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch i
     spec_from_params,
     wrapper_text,
 )
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import result
 
 HOSTILE = [
     "it's", 'say "hi"', "$(touch pwned)", "`touch pwned`", "new\nline", "trailing\n\n", "*", "?[a]",
@@ -344,6 +345,20 @@ def test_tmux_missing_is_reported(tmp_path: Path) -> None:
     proc = subprocess.run(["sh", "-s"], input=program.encode(), capture_output=True, timeout=30, check=False)
     assert proc.returncode == 20
     assert parse_output(proc.stdout.decode())["error"] == "tmux_missing"
+
+
+@needs_tmux
+def test_stop_of_a_finished_job_without_log_path_reports_its_exit_status(tmp_path: Path, tmux_socket: Path) -> None:
+    spec = _spec(tmp_path, command="echo done; exit 3")
+    assert _launch(spec, tmux_socket)[0] == 0
+    _wait_for(lambda: Path(spec.log_path + ".exit").exists())
+    for log_path in (None, spec.log_path):
+        stop = dataclasses.replace(spec, state="stopped", log_path=log_path, command=None)
+        rc, facts, err = _launch(stop, tmux_socket)
+        assert rc == 0, err
+        assert facts["before_state"] == "finished" and facts["exit_status"] == "3" and facts["result"] == "unchanged", facts
+        out = result(stop, facts, False)
+        assert out["state"] == "finished" and out["exit_status"] == 3 and out["log_path"] == spec.log_path, out
 
 
 @needs_tmux
