@@ -189,6 +189,7 @@ import os
 import pwd
 import subprocess
 import tempfile
+import threading
 import typing as t
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound
@@ -220,7 +221,7 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors im
 
 display = Display()
 
-_Stream = t.Union[int, t.IO[bytes], None]
+_Stream = t.Union[int, t.IO[bytes], "_PipedFile", None]
 
 
 def _local_user() -> tuple[str, str | None]:
@@ -297,9 +298,14 @@ class Connection(ConnectionBase):
         # ssh: needs the controller's environment (agent socket, HOME); the node side gets `env -i`.
         env = None if self.target.is_remote else self._env
         b_argv = [to_bytes(arg, errors="surrogate_or_strict") for arg in argv]
+        piped = stdin if isinstance(stdin, _PipedFile) else None
         try:
-            with subprocess.Popen(b_argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd="/") as proc:
-                out, err = proc.communicate(in_data)
+            with subprocess.Popen(b_argv, stdin=subprocess.PIPE if piped else stdin, stdout=stdout, stderr=subprocess.PIPE,
+                                  env=env, cwd="/") as proc:
+                if piped:
+                    out, err = piped.feed(proc)
+                else:
+                    out, err = proc.communicate(in_data)
         except OSError as exc:
             program = self.target.ssh_executable if self.target.is_remote else self.target.pct_path
             cause = pct_not_found_cause(self.target, str(exc)) if not self.target.is_remote else f"cannot run {program}: {exc}"
@@ -335,8 +341,11 @@ class Connection(ConnectionBase):
             raise AnsibleFileNotFound(f"{what} {self.target.describe()}: the local file does not exist") from exc
         except OSError as exc:
             raise AnsibleError(f"{what} {self.target.describe()}: cannot read the local file: {exc}") from exc
+        piped = _PipedFile(src)
         with src:
-            rc, dummy, err = self._run(put_command(out_path), src, subprocess.DEVNULL)
+            rc, dummy, err = self._run(put_command(out_path), piped, subprocess.DEVNULL)
+        if piped.error is not None:
+            raise AnsibleError(f"{what} {self.target.describe()}: cannot read the local file: {piped.error}")
         self._raise_if_not_run(what, rc, err)
         if rc != 0:
             raise AnsibleError(failure_message(what, self.target, command_failure_cause("sh -c 'cat > \"$1\"'", rc, err)))
@@ -369,6 +378,39 @@ class Connection(ConnectionBase):
     def close(self) -> None:
         """Nothing to close: every command is its own process."""
         self._connected = False
+
+
+class _PipedFile:
+    """A local file sent to pct through a pipe, never as pct's own standard input.
+
+    lxc-attach (under ``pct exec``) changes the owner and mode of the files it gets as standard input,
+    output and error so that the attached process can use them (LXC's fix_stdio_permissions): given
+    the user's file itself, ``pct exec`` on the controller's own node left it mode 0700. A pipe has
+    nothing to lose.
+    """
+
+    def __init__(self, source: t.IO[bytes]) -> None:
+        self.source = source
+        self.error: OSError | None = None
+
+    def _copy(self, sink: t.IO[bytes]) -> None:
+        try:
+            with sink:
+                for chunk in iter(lambda: self.source.read(1 << 16), b""):
+                    sink.write(chunk)
+        except BrokenPipeError:
+            pass  # pct ended early: its exit status and stderr say why
+        except OSError as exc:
+            self.error = exc
+
+    def feed(self, proc: subprocess.Popen) -> tuple[bytes, bytes]:
+        """Copy the file to ``proc``'s stdin while reading its stderr; returns (b'', stderr); a read error is kept in ``error``."""
+        writer = threading.Thread(target=self._copy, args=(proc.stdin,), daemon=True)
+        writer.start()
+        err = proc.stderr.read() if proc.stderr else b""
+        proc.wait()
+        writer.join()
+        return b"", err
 
 
 def _set_default_mode(b_path: bytes) -> None:

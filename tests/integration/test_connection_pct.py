@@ -172,7 +172,10 @@ def test_hostile_names_byte_exact(tmp_path: Path, workdir: str) -> None:
     data = _blob(tmp_path / "src")
     conn = _connection(RUNNING)
     dest = f"{workdir}/{name}"
+    (tmp_path / "src").chmod(0o644)
     conn.put_file(str(tmp_path / "src"), dest)
+    # lxc-attach changes the mode of a file it gets as stdin: the connection gives pct a pipe.
+    assert (tmp_path / "src").stat().st_mode & 0o7777 == 0o644, "put_file changed the local file's mode"
     listing = ct_sh('cd "$1" && for f in *; do printf "%s\\0" "$f"; done', workdir).stdout
     assert listing == name.encode() + b"\0"
     assert ct_sh('sha256sum < "$1"', dest).stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()

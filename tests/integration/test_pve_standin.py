@@ -107,7 +107,9 @@ def test_push_pull_round_trip_keeps_bytes_and_sets_owner(standin: StandinNode, c
     payload = bytes(range(256)) * 4096
     src = tmp_path / "blob"
     src.write_bytes(payload)
+    src.chmod(0o640)
     standin.pct("push", ct, src, "/tmp/blob", "--perms", "0600", "--user", "65534", check=True)
+    assert oct(src.stat().st_mode & 0o7777) == oct(0o640), "pct push changed the node's file"
     stat = standin.pct("exec", ct, "--", "stat", "-c", "%a %u %g %s", "/tmp/blob", check=True).stdout.decode().split()
     assert stat == ["600", "65534", "65534", str(len(payload))]
     standin.pct("pull", ct, "/tmp/blob", tmp_path / "back", check=True)

@@ -171,8 +171,11 @@ def verb_push(node: Node, call: Call) -> int:
     except OSError as err:
         raise PctError(f"unable to open file '{src}' - {err.strerror}") from err
     with source:
-        argv = node.lxc("attach", vmid, "--clear-env", "--", "/bin/sh", "-c", PUSH_SCRIPT, "sh", dest, user, group, perms)
-        result = subprocess.run(argv, stdin=source, capture_output=True, check=False)
+        data = source.read()
+    # Through a pipe, never the file itself: lxc-attach changes the owner and mode of the files it gets as
+    # stdio (LXC's fix_stdio_permissions), and real pct push leaves the node's file alone.
+    argv = node.lxc("attach", vmid, "--clear-env", "--", "/bin/sh", "-c", PUSH_SCRIPT, "sh", dest, user, group, perms)
+    result = subprocess.run(argv, input=data, capture_output=True, check=False)
     if result.returncode != 0:
         sys.stderr.write(result.stderr.decode("utf-8", "replace"))
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import tracemalloc
@@ -276,6 +277,15 @@ def test_put_file_binary_exact(local: Any, fake: Fake, tmp_path: Path, size: int
     local.put_file(str(tmp_path / "src"), str(dest))
     assert dest.read_bytes() == data
     assert fake.argv()[1:] == [b"exec", b"200", b"--", b"/bin/sh", b"-c", b'cat > "$1"', b"sh", os.fsencode(str(dest))]
+
+
+def test_put_file_gives_pct_a_pipe_not_the_file(local: Any, fake: Fake, tmp_path: Path) -> None:
+    """lxc-attach changes the mode of a file it gets as stdin: pct must never get the user's file itself."""
+    data = _payload(tmp_path / "src", 100_000)
+    (tmp_path / "src").chmod(0o644)
+    local.put_file(str(tmp_path / "src"), str(tmp_path / "dest"))
+    assert fake.call()["fds"]["0"]["target"].startswith("pipe:"), fake.call()["fds"]
+    assert (tmp_path / "dest").read_bytes() == data and stat.S_IMODE((tmp_path / "src").stat().st_mode) == 0o644
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
