@@ -36,7 +36,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import typing as t
@@ -48,6 +47,7 @@ import pytest
 
 from .conftest import REPO, StandinNode, require_standin
 from .nodes import NODE_SH, NODES_BASE, RemoteNode, RemoteNodes
+from .playbook_results import ansible_playbook, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -126,12 +126,6 @@ LAUNCH_ONLY = [{
 # ---------------------------------------------------------------------------- ansible-playbook runs
 
 
-def ansible_playbook() -> str:
-    """The ansible-playbook of the running venv."""
-    program = Path(sys.executable).with_name("ansible-playbook")
-    return str(program) if program.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
-
-
 @dataclasses.dataclass
 class Run:
     """A finished ansible-playbook run: exit status, output, and every task result (trainops_results callback)."""
@@ -148,8 +142,7 @@ class Run:
 
     def results_of(self, name: str, host: str) -> list[dict[str, t.Any]]:
         """Every result of the task (or handler) called ``name`` on ``host``, in order."""
-        return [task["hosts"][host] for play in self.results.get("plays", []) for task in play["tasks"]
-                if task["name"] == name and host in task["hosts"]]
+        return task_results(self.results, name, host)
 
     def result(self, name: str, host: str) -> dict[str, t.Any]:
         """The last result of task ``name`` on ``host``."""

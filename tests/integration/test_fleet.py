@@ -25,7 +25,6 @@ import shlex
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import typing as t
 import warnings
@@ -35,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, StandinNode, require_standin
+from .playbook_results import ansible_playbook, results_by_host
 
 pytestmark = pytest.mark.integration
 
@@ -60,12 +60,6 @@ for tick in range(1200):
 """
 
 
-def ansible_playbook() -> str:
-    """The ansible-playbook of the running venv."""
-    program = Path(sys.executable).with_name("ansible-playbook")
-    return str(program) if program.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
-
-
 @dataclasses.dataclass
 class Run:
     """One ansible-playbook run: its process and every task result (tests' trainops_results callback)."""
@@ -86,12 +80,7 @@ class Run:
 
     def host_results(self, name: str) -> dict[str, dict[str, t.Any]]:
         """The results of the last run of task ``name``, per host."""
-        found: dict[str, dict[str, t.Any]] = {}
-        for play in self.results.get("plays", []):
-            for task in play["tasks"]:
-                if task["name"] == name:
-                    found.update(task["hosts"])
-        return found
+        return results_by_host(self.results, name)
 
     def result(self, name: str, host: str) -> dict[str, t.Any]:
         """The result of task ``name`` on ``host``."""

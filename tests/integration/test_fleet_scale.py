@@ -46,6 +46,7 @@ import pytest
 import yaml
 
 from .conftest import REPO, require_standin
+from .playbook_results import results_by_host
 
 pytestmark = pytest.mark.integration
 
@@ -311,12 +312,7 @@ class Run:
 
     def task(self, name: str) -> dict[str, dict[str, t.Any]]:
         """The results of task ``name`` per host (its last run)."""
-        found: dict[str, dict[str, t.Any]] = {}
-        for play in self.results.get("plays", []):
-            for task in play["tasks"]:
-                if task["name"] == name:
-                    found.update(task["hosts"])
-        return found
+        return results_by_host(self.results, name)
 
     def summary(self) -> list[str]:
         """The lines of the fleet summary."""

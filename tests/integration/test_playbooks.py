@@ -19,9 +19,7 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import typing as t
 from pathlib import Path
 
@@ -29,6 +27,7 @@ import pytest
 import yaml
 
 from .conftest import REPO, StandinNode
+from .playbook_results import ansible_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -41,12 +40,6 @@ HEADER = "### trainops.pct_launch: "
 # The healthy job: fewer steps than the example, slow enough to outlive the tests that need it running.
 HEALTHY_COMMAND = "python3 /workspace/train.py --steps 250 --sleep 0.8"
 HEALTHY_SESSION, HEALTHY_LOG = "train-example", "/workspace/train.log"
-
-
-def ansible_playbook() -> str:
-    """The ansible-playbook of the running venv."""
-    program = Path(sys.executable).with_name("ansible-playbook")
-    return str(program) if program.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
 
 
 @dataclasses.dataclass

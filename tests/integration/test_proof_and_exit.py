@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, STANDIN_PCT, StandinNode
+from .playbook_results import task_results
 
 pytestmark = pytest.mark.integration
 
@@ -148,8 +149,7 @@ class LaunchRun:
 
     def task(self, name: str, host: str) -> dict[str, t.Any] | None:
         """The result of task ``name`` on ``host`` (its last run), None when it did not run there."""
-        found = [task["hosts"][host] for play_ in self.results.get("plays", []) for task in play_["tasks"]
-                 if task["name"] == name and host in task["hosts"]]
+        found = task_results(self.results, name, host)
         return found[-1] if found else None
 
     def summary(self) -> list[str]:

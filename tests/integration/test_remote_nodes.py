@@ -38,6 +38,7 @@ import yaml
 
 from .conftest import REPO
 from .nodes import RemoteNodes, host_block
+from .playbook_results import task_results
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +130,7 @@ def write_inventory(path: Path, ssh_config: Path, containers: dict[str, dict[str
 
 def task_result(results: Results, name: str, host: str) -> dict[str, t.Any]:
     """The result of the last task called ``name`` on ``host``."""
-    found = [task["hosts"][host] for play in results["plays"] for task in play["tasks"] if task["name"] == name and host in task["hosts"]]
+    found = task_results(results, name, host)
     assert found, f"no result of task {name!r} on {host}: {[task['name'] for play in results['plays'] for task in play['tasks']]}"
     return found[-1]
 
