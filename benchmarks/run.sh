@@ -5,13 +5,23 @@
 # The collection's benchmark suite on the local Proxmox VE stand-in (see
 # benchmarks/README.md): brings up the simulated nodes pve-g and pve-h with 32
 # containers, measures, prints the table and writes it to benchmarks/results.md,
-# then destroys the containers and stops both nodes. Needs root and the
-# development venv (tools/bootstrap.sh); about 5 minutes on 2 cores.
+# then destroys the containers and stops both nodes. Needs root; makes what
+# it needs first (the development venv with tools/bootstrap.sh, the stand-in's
+# packages and `pct` with tools/pve_standin/setup.sh --no-container; node.sh
+# installs the OpenSSH server); about 5 minutes on 2 cores.
 #
 # Usage: benchmarks/run.sh [--repeat N] [--fanout 1,8,32] [--output FILE] [--keep-workdir]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "benchmarks: run as root: LXC containers behind the stand-in need it" >&2
+  exit 1
+fi
+case " $* " in
+  *" -h "* | *" --help "*) ;;
+  *) "$root/tools/bootstrap.sh" && "$root/tools/pve_standin/setup.sh" --no-container ;;
+esac
 # shellcheck source=tools/env.sh
 . "$root/tools/env.sh"
 cd "$root"

@@ -22,6 +22,8 @@
 #   PYTHON          interpreter that creates the venv (default: python3)
 #   TRAINOPS_VENV   venv directory without --venv/--compat (default: <checkout>/.venv)
 #   BOOTSTRAP_FORCE set to 1 to reinstall even when the stamp matches
+# Exit status: 0 ready, 3 with --newest when no Python 3.12 or newer is found,
+# 1 on any other failure.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,7 +58,8 @@ while [ "$#" -gt 0 ]; do
         --newest)
             venv="$root/.venv-newest"
             requirements="$root/requirements-newest.txt"
-            [ -n "${PYTHON:-}" ] || python="$(newest_python)" || exit 1
+            # exit status 3: no such Python here (tests/run.sh newest then skips)
+            [ -n "${PYTHON:-}" ] || python="$(newest_python)" || exit 3
             ;;
         --requirements)
             [ "$#" -ge 2 ] || { usage >&2; exit 2; }
@@ -77,9 +80,16 @@ stamp="$venv/.trainops-bootstrap.stamp"
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 
-if ! command -v "$python" >/dev/null 2>&1; then
-    log "no $python on PATH (install python3 and python3-venv)"
-    exit 1
+# Python and its venv module: Debian's python3 and python3-venv
+# (tools/system-packages.sh bootstrap) when they are missing.
+if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    if [ "$python" = python3 ] || [ "$(command -v "$python" || true)" = /usr/bin/python3 ]; then
+        "$root/tools/system-packages.sh" bootstrap || exit 1
+    fi
+    if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        log "$python cannot make a venv (no such program, or no venv/ensurepip module): install python3 and python3-venv (tools/system-packages.sh bootstrap), or set PYTHON"
+        exit 1
+    fi
 fi
 if [ ! -f "$requirements" ]; then
     log "no requirements file $requirements"

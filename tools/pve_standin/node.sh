@@ -34,6 +34,8 @@ base="${PVE_STANDIN_NODES:-/var/lib/pve-standin-nodes}"
 client="$base/client"
 mountpoint=/var/lib/pve-standin
 
+here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
+
 die() { echo "node.sh: $*" >&2; exit 1; }
 
 valid_name() { [[ "$1" =~ ^[a-z][a-z0-9-]{0,30}$ ]] || die "invalid node name '$1': use [a-z][a-z0-9-]*"; }
@@ -146,7 +148,6 @@ up() {
   local name="$1" address="$2" port="${3:-22}" dir
   valid_name "$name"
   [[ "$address" =~ ^127\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "address $address is not a loopback address (127.0.0.0/8)"
-  command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || die "sshd is missing: apt-get install openssh-server"
   dir="$base/$name"
   with_client_lock prepare_node "$name" "$address" "$port"
   if sshd_running "$dir"; then
@@ -209,9 +210,13 @@ down() {
 }
 
 case "${1:-}" in
-  up) [ "$#" -ge 3 ] || die "usage: node.sh up NAME ADDRESS [PORT]"; up "$2" "$3" "${4:-22}" ;;
+  up)
+    [ "$#" -ge 3 ] || die "usage: node.sh up NAME ADDRESS [PORT]"
+    # The OpenSSH server and client (tools/system-packages.sh nodes), installed when missing.
+    "$here/../system-packages.sh" nodes || die "cannot install the OpenSSH server and client (see above)"
+    up "$2" "$3" "${4:-22}" ;;
   down) [ "$#" -eq 2 ] || die "usage: node.sh down NAME"; down "$2" ;;
-  ssh-config) ensure_client; echo "$client/ssh_config" ;;
+  ssh-config) "$here/../system-packages.sh" nodes || die "cannot install the OpenSSH client (see above)"; ensure_client; echo "$client/ssh_config" ;;
   list) for d in "$base"/*/; do [ -f "$d/address" ] && sshd_running "$d" && echo "$(basename "$d") $(cat "$d/address")"; done; true ;;
   *) die "usage: node.sh up NAME ADDRESS [PORT] | down NAME | ssh-config | list" ;;
 esac

@@ -3,9 +3,15 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 #
 # Bring the local Proxmox VE stand-in up from nothing, on a Debian host, as root:
-# install LXC and mmdebstrap, put the stand-in's `pct` on PATH, build the Debian
-# image once (cached), create container 200 and start it. Safe to run again:
-# it only does what is missing.
+# install LXC, lxc-templates and mmdebstrap (tools/system-packages.sh standin),
+# put the stand-in's `pct` on PATH, build the Debian image once (cached),
+# create container 200 and start it. Safe to run again: it only does what is
+# missing.
+#
+# Usage: tools/pve_standin/setup.sh [--no-container]
+#   --no-container   only the packages and `pct` on PATH (for the benchmarks,
+#                    which create containers of their own; the image is built
+#                    by the first `pct create`)
 #
 # Environment:
 #   PVE_STANDIN_ROOT    the node's state (default /var/lib/pve-standin)
@@ -19,7 +25,12 @@ here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 vmid="${STANDIN_VMID:-200}"
 release="${STANDIN_RELEASE:-bookworm}"
 hostname="${STANDIN_HOSTNAME:-train${vmid}}"
-packages=(lxc mmdebstrap python3 rsync tmux)
+container=1
+case "${1:-}" in
+  "") ;;
+  --no-container) container=0 ;;
+  *) echo "usage: tools/pve_standin/setup.sh [--no-container]" >&2; exit 2 ;;
+esac
 
 say() { printf 'pve-standin: %s\n' "$*"; }
 
@@ -28,15 +39,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-missing=()
-for pkg in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  say "installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+"$here/../system-packages.sh" standin
 
 # systemd in every container takes inotify instances from root's budget: the
 # default 128 runs out at about 25 running containers, and new ones never boot.
@@ -46,6 +49,7 @@ fi
 
 ln -sfn "$here/pct" /usr/local/sbin/pct
 say "pct is $(readlink -f /usr/local/sbin/pct)"
+[ "$container" = 1 ] || exit 0
 
 if ! pct config "$vmid" >/dev/null 2>&1; then
   say "creating CT $vmid (Debian $release; the first build of an image takes about 30 s)"
