@@ -267,11 +267,45 @@ def detection_rows(ctx: Context) -> list[Row]:
         waited.append(failed[-1] - began[-1])
         whole.append(run.seconds)
     return [
-        Row(section, "job's own time of death → end of the failed play (median)", seconds(median(own)), raw_list(own)),
+        Row(section, "one container: job's own time of death → end of the failed play (median)", seconds(median(own)), raw_list(own)),
         Row(section, "ended_at in LOG.exit (whole seconds) → end of the failed play", seconds(median(exit_file)), raw_list(exit_file)),
         Row(section, "job's death → wait_for_log's failed result", seconds(median(verdict)), raw_list(verdict)),
         Row(section, "wait_for_log's start → its failed result (\"died\", exit status 3)", seconds(median(waited)), raw_list(waited)),
         Row(section, "whole ansible-playbook run (launch, 1 s of life, detection), exit status 2", seconds(median(whole)), raw_list(whole)),
+    ]
+
+
+# A 4-rank multi-node job on both nodes (launch.yml, job_prepare: false): rank 2 dies 1 s after its start,
+# the others wait for a rendezvous that never comes, until the fleet-wide wait ends them.
+FLEET_DIE_COMMAND = ('if [ "$NODE_RANK" = 2 ]; then exec python3 -u /bench/bench_job.py --die-after 1; '
+                     'else exec python3 -u /bench/bench_job.py --rendezvous; fi')
+
+
+def fleet_death_rows(ctx: Context) -> list[Row]:
+    """The multi-node job with one rank dying: seconds from its death to the failed play's end."""
+    section = "detection: the job dies 1 s after its start (launch_only.yml, delay 0)"
+    hosts = fanout_hosts(4)
+    path = job_vars(ctx, "fleetdie", FLEET_DIE_COMMAND)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.update(job_multinode=True, job_prepare=False, job_master_addr="127.0.0.1", job_stop_timeout=5)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    own, whole = [], []
+    for index in range(ctx.repeat):
+        run = checked(ctx.playbook(f"4 ranks, one dies after 1 s #{index + 1}", LAUNCH, hosts, TUNED, path, forks=8), expect_rc=2)
+        died = None
+        for vmid, node in hosts:
+            text = ctx.nodes[node].ssh(f"pct exec {vmid} -- cat /bench/fleetdie.log").stdout.decode()
+            found = re.search(r"died_at=([0-9.]+)", text)
+            died = float(found.group(1)) if found else died
+        if died is None:
+            raise RuntimeError("no rank of the 4-rank job logged died_at")
+        own.append((run.event_time("stats") or run.ended) - died)
+        whole.append(run.seconds)
+    stop_sessions(ctx, "fleetdie", hosts)
+    return [
+        Row(section, "4-rank job on 2 nodes (launch.yml), one rank dies 1 s after its start: its death → end of the failed play",
+            seconds(median(own)), raw_list(own)),
+        Row(section, "the same: whole ansible-playbook run, exit status 2", seconds(median(whole)), raw_list(whole)),
     ]
 
 

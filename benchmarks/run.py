@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_cases import (LAUNCH_ONLY, MAIN, JOB_COMMAND, Row, breakdown_rows, count_rows, detection_rows, fanout_rows,
-                         job_vars, launch_runs, stop_sessions, wall_rows)
+                         fleet_death_rows, job_vars, launch_runs, stop_sessions, wall_rows)
 from bench_env import BENCH, SHIPPED, Context
 from bench_overheads import overhead_rows
 from bench_report import conditions, render
@@ -68,6 +68,7 @@ def measure_all(ctx: Context, counts: list[int]) -> list[Row]:
     section(rows, "launch, delay 0.5", lambda: launch_rows(ctx, 0.5))
     ctx.set_delay(0)
     section(rows, "detection", lambda: detection_rows(ctx))
+    section(rows, "detection, 4 ranks", lambda: fleet_death_rows(ctx))
     section(rows, "fan-out", lambda: fanout_rows(ctx, counts))
     section(rows, "overheads", lambda: overhead_rows(ctx))
     return rows

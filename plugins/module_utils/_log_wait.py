@@ -47,6 +47,8 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "tail_lines": {"type": "int", "default": 40},
     "offset": {"type": "int", "default": 0},
     "pct_path": {"type": "str", "default": "pct"},
+    # the action plugin's (controller side): the module never sees it
+    "fleet_id": {"type": "str"},
 }
 REQUIRED_ONE_OF = [["session_name", "log_path"]]
 

@@ -82,6 +82,18 @@ options:
       - Path or name of C(pct) on the Proxmox node.
     type: str
     default: pct
+  fleet_id:
+    description:
+      - Makes this wait one member of a fleet-wide wait. The waits of every container given the same O(fleet_id) in one
+        run end together. The first member whose wait fails (the job died, O(fail_pattern), O(timeout), the node lost)
+        is posted on the controller, and every other member ends its wait within a fraction of a second with the
+        verdict V(fleet_failed), naming that member in RV(fleet_failure), instead of waiting for a peer that will
+        never come (a rendezvous of a multi-node job).
+      - Waiting still costs one C(pct exec) per chunk. A member's chunk running when the fleet fails is abandoned
+        and ends by itself in the container.
+      - 1 to 128 characters of C([A-Za-z0-9_.-]); use a new one for each launch. C(playbooks/launch.yml) sets it
+        for a multi-node job and for any launch with C(job_all_or_nothing).
+    type: str
 attributes:
   check_mode:
     description: Can run in check mode; the module only reads, so it waits in check mode too.
@@ -150,7 +162,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 verdict:
-  description: V(started), V(died), V(fail_pattern) or V(timeout). Only V(started) is a success.
+  description:
+    - V(started), V(died), V(fail_pattern) or V(timeout). Only V(started) is a success.
+    - With O(fleet_id), also V(fleet_failed) when another member of the fleet failed first.
   returned: always
   type: str
   sample: started
@@ -244,6 +258,19 @@ pct_calls:
   returned: always
   type: int
   sample: 1
+fleet_failure:
+  description:
+    - The member of the fleet that failed first, when RV(verdict) is V(fleet_failed) (this wait was ended because of it).
+    - Keys C(host), C(vmid), C(node), C(verdict), C(exit_status), C(msg) (its message, at most 300 characters) and
+      C(posted_at) (seconds since the epoch).
+  returned: when RV(verdict) is V(fleet_failed)
+  type: dict
+  sample: {host: ct362, vmid: 362, node: pve-f, verdict: died, exit_status: 7, msg: "Job did not start in ...", posted_at: 1764580000.5}
+fleet_first:
+  description: With O(fleet_id), when this wait failed on its own, whether it was the first member of the fleet to fail.
+  returned: when O(fleet_id) is set and this wait failed on its own
+  type: bool
+  sample: true
 """
 
 import time

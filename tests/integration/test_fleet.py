@@ -319,6 +319,54 @@ def test_multinode_rendezvous_over_two_remote_nodes(remote_nodes: dict[str, Remo
     check_world(again, remote_nodes, "/workspace/rendezvous2.log", port, world_size=4, nproc=1)
 
 
+# The rank that dies: NODE_RANK 2 (ct361 on pve-e), third in inventory order, so "named first" means the
+# fleet-wide wait put it first, not the inventory. It writes the moment of its death (the host's clock:
+# one kernel) and exits 7 a second after its start; the others wait for a world that never comes.
+DYING_RANK = 2
+DYING_JOB = ('if [ "$NODE_RANK" = ' + str(DYING_RANK) + ' ]; then sleep 1; date +%s.%N > /workspace/died_at; exit 7; fi; '
+             'exec python3 -u /workspace/rendezvous.py --timeout 90')
+# Far below the rendezvous' 90 s and the wait's 180 s: the waits ended because of the death, not by
+# themselves. The figure itself is printed here and measured in benchmarks/run.sh.
+DEATH_TO_FAILED_PLAY_BOUND = 5.0
+
+
+def test_multinode_fails_as_one_when_a_rank_dies(remote_nodes: dict[str, RemoteNode], multinode_inventory: Path) -> None:
+    folder = multinode_inventory.parent
+    ensure_running(remote_nodes)
+    session, log = "rendezvous3", "/workspace/rendezvous3.log"
+    run = run_playbook(folder, multinode_inventory, MULTINODE_JOB,
+                       {"job_session_name": session, "job_log_path": log, "job_master_port": free_port(),
+                        "job_master_addr": "127.0.0.1", "job_command": DYING_JOB, "job_stop_timeout": 5})
+    ended = time.time()
+    dead_host, dead_vmid, dead_node = RANKS[DYING_RANK]
+    died = float(remote_nodes[dead_node].sh(dead_vmid, "cat /workspace/died_at").stdout.decode() or "nan")
+    print(f"a rank died -> the play failed: {ended - died:.2f} s (whole play {run.seconds:.1f} s)")
+    assert run.rc != 0, run.output
+    assert ended - died < DEATH_TO_FAILED_PLAY_BOUND, run.output
+    # The dead rank is named first, with its exit status; the others were stopped because of it.
+    assert run.summary()[0] == f"{session}: 0 of 4 containers run, failed: {dead_host}", run.summary()
+    dead = run.result(HANDLER, dead_host)
+    assert dead["verdict"] == "died" and dead["exit_status"] == 7 and dead["fleet_first"] is True, dead
+    assert run.line(dead_host).startswith(f"{dead_host} (CT {dead_vmid} on {dead_node}): failed: "), run.summary()
+    assert "exit status 7" in run.line(dead_host), run.summary()
+    for host, vmid, node in RANKS:
+        if host == dead_host:
+            continue
+        cut = run.result(HANDLER, host)
+        assert cut["verdict"] == "fleet_failed" and cut["fleet_failure"]["host"] == dead_host, cut
+        assert cut["fleet_failure"]["exit_status"] == 7 and cut["elapsed"] < 30, cut
+        assert run.line(host) == (f"{host} (CT {vmid} on {node}): stopped: started, then stopped by job_all_or_nothing "
+                                  f"because {dead_host} failed"), run.summary()
+        # stopped, or already ended by itself once a peer it talked to was stopped (then its exit status is known)
+        stop = run.result(STOP, host)
+        assert stop["state"] in ("stopped", "finished") and stop["exit_status"] is not None, json.dumps(stop)
+    # No rank is left running: no session, no rendezvous process.
+    for host, vmid, node in RANKS:
+        left = remote_nodes[node].sh(vmid, 'tmux has-session -t "=$1" 2>/dev/null && echo session; '
+                                           'pgrep -f "[r]endezvous[.]py" >/dev/null && echo process; true', session)
+        assert left.stdout.decode().split() == [], f"{host}: {left.stdout!r}"
+
+
 # Fleet failures on the local stand-in.
 
 @dataclasses.dataclass

@@ -8,7 +8,10 @@
 
 from __future__ import annotations
 
+import tempfile
+import threading
 import typing as t
+from pathlib import Path
 from unittest.mock import MagicMock
 
 import pytest
@@ -16,6 +19,7 @@ from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
 
 from ansible_collections.trainops.pct_launch.plugins.action import wait_for_log as action_mod
 from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule, progress_line
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _fleet_board as fleet_board
 
 
 def chunk_result(verdict: str, offset: int = 0, **extra: t.Any) -> dict[str, t.Any]:
@@ -194,3 +198,94 @@ def test_node_lost_during_the_wait_names_it(shown: list[str], delegate_to: str |
                            'Data could not be sent to remote host "pve-i". Make sure this host can be reached over ssh. '), text
     assert f"once node {node} can be reached, check it (playbooks/status.yml)" in text and "not proven" in text
     assert "started" not in text.split(":", maxsplit=1)[0] and caught.value.__cause__ is None and len(script.args) == 2
+
+
+# The fleet-wide wait (option fleet_id): the board is real, files in the test's own temporary directory;
+# a chunk can block (in real time) as one waiting in its container does.
+
+@pytest.fixture()
+def boards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fleet boards go to this test's own temporary directory."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+MEMBER = {"vmid": 361, "session_name": "rdv", "timeout": 600, "fleet_id": "rdv-1"}
+
+
+class BlockingScript(Script):
+    """A chunk that waits (in real time) until released, as a chunk waiting in its container does."""
+
+    def __init__(self, results: list[dict[str, t.Any]]) -> None:
+        super().__init__(results)
+        self.release = threading.Event()
+
+    def __call__(self, *args: t.Any, **kwargs: t.Any) -> dict[str, t.Any]:
+        self.release.wait(20)
+        return super().__call__(*args, **kwargs)
+
+
+def test_a_peer_failure_ends_a_blocked_wait_at_once(boards: Path) -> None:
+    script = BlockingScript([chunk_result("timeout", 10)])
+    action = make_action(dict(MEMBER), script)
+    timer = threading.Timer(0.3, fleet_board.post_failure, ("rdv-1", {"host": "ct362", "vmid": 362, "node": "pve-f",
+                                                                      "verdict": "died", "exit_status": 7, "msg": "died"}))
+    timer.start()
+    result = action.run(task_vars={"inventory_hostname": "ct361"})
+    script.release.set()
+    assert result["failed"] and result["verdict"] == "fleet_failed", result
+    assert result["fleet_failure"]["host"] == "ct362" and result["fleet_failure"]["exit_status"] == 7
+    assert result["msg"].startswith("Stopped waiting for session rdv in container 361 after ")
+    assert "ct362 (CT 362 on pve-f) of fleet rdv-1 failed first (died, exit status 7)" in result["msg"]
+    assert result["msg"].endswith("this container's job is not at fault")
+
+
+def test_an_own_failure_is_posted_first_and_the_module_never_sees_fleet_id(boards: Path) -> None:
+    script = Script([chunk_result("died", 5, exit_status=3, session_state="finished", session_alive=False)])
+    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    assert result["verdict"] == "died" and result["fleet_first"] is True
+    assert all("fleet_id" not in args for args in script.args), script.args
+    first = fleet_board.first_failure("rdv-1")
+    assert first is not None and (first["host"], first["vmid"], first["exit_status"], first["verdict"]) == ("ct361", 361, 3, "died")
+
+
+class LateScript(Script):
+    """A chunk during which another member fails first, and which then fails on its own."""
+
+    def __call__(self, *args: t.Any, **kwargs: t.Any) -> dict[str, t.Any]:
+        fleet_board.post_failure("rdv-1", {"host": "ct362", "verdict": "died"})
+        return super().__call__(*args, **kwargs)
+
+
+def test_an_own_failure_after_a_peer_is_kept_and_not_first(boards: Path) -> None:
+    script = LateScript([chunk_result("fail_pattern", 5, matched_line="Traceback")])
+    result = make_action(dict(MEMBER, vmid=360), script).run(task_vars={"inventory_hostname": "ct360"})
+    assert result["verdict"] == "fail_pattern" and result["fleet_first"] is False, result
+    assert (fleet_board.first_failure("rdv-1") or {})["host"] == "ct362"
+
+
+def test_a_started_member_posts_nothing_and_a_later_peer_failure_does_not_undo_it(boards: Path) -> None:
+    script = Script([chunk_result("started", 40, matched_line="rank 0 of 4: world [0, 1, 2, 3]")])
+    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    assert result["verdict"] == "started" and not result.get("failed") and "fleet_first" not in result
+    assert fleet_board.first_failure("rdv-1") is None
+
+
+def test_a_wait_that_starts_after_the_failure_runs_no_chunk(boards: Path) -> None:
+    fleet_board.post_failure("rdv-1", {"host": "ct362", "verdict": "timeout"})
+    script = Script([chunk_result("timeout", 10)])
+    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    assert result["verdict"] == "fleet_failed" and not script.args and result["pct_calls"] == 0, result
+
+
+def test_without_fleet_id_the_board_is_never_read(boards: Path) -> None:
+    fleet_board.post_failure("rdv-1", {"host": "ct362", "verdict": "died"})
+    script = Script([chunk_result("started", 40, matched_line="go")])
+    result = make_action({"vmid": 361, "session_name": "rdv"}, script).run(task_vars={"inventory_hostname": "ct361"})
+    assert result["verdict"] == "started", result
+
+
+def test_a_bad_fleet_id_starts_nothing(boards: Path) -> None:
+    script = Script([chunk_result("started", 40)])
+    result = make_action(dict(MEMBER, fleet_id="../x"), script).run(task_vars={})
+    assert result["failed"] and result["msg"].startswith("Cannot use option fleet_id '../x'") and not script.args
