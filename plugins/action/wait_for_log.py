@@ -170,7 +170,7 @@ class ActionModule(ActionBase):
             if peer is not None:
                 return {"failed": True, "verdict": "fleet_failed", "fleet_failure": peer, "elapsed": round(elapsed, 3),
                         "pct_calls": calls, "msg": fleet_message(args, peer, elapsed)}
-            assert res is not None
+            res = t.cast("dict[str, t.Any]", res)  # a chunk ran: no peer failure means a result
             if res.get("verdict") != "timeout" or deadline - time.monotonic() < MIN_CHUNK:
                 break
             offset = res.get("offset", offset)

@@ -143,8 +143,8 @@ def argv_programs(tree: ast.AST) -> set[str]:
 @pytest.mark.parametrize(("folder", "groups", "path"), [
     ("tools/pve_standin", ("standin",), BARE_PATH),
     ("benchmarks", ("bootstrap", "standin", "nodes"), f"{REPO}/.venv/bin:{BARE_PATH}")])
-def test_the_programs_python_code_runs_come_from_installed_packages(base: set[str], folder: str,
-                                                                      groups: tuple[str, ...], path: str) -> None:
+def test_the_programs_python_code_runs_come_from_installed_packages(
+        base: set[str], folder: str, groups: tuple[str, ...], path: str) -> None:
     programs: dict[str, str] = {}
     for source in sorted((REPO / folder).glob("*.py")):
         for program in argv_programs(ast.parse(source.read_text(encoding="utf-8"))):

@@ -43,7 +43,7 @@ def test_exactly_one_of_many_processes_is_first(private_tmp: Path) -> None:
         proc.start()
     for proc in procs:
         proc.join(30)
-    answers = dict(queue.get(timeout=5) for _ in procs)
+    answers = dict(queue.get(timeout=5) for _proc in procs)
     firsts = [host for host, first in answers.items() if first]
     assert len(firsts) == 1, answers
     assert (fleet_board.first_failure("race") or {})["host"] == firsts[0]
