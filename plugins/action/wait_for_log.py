@@ -16,7 +16,6 @@ in the container ends by itself within ``CHUNK_SECONDS`` (it only reads).
 
 from __future__ import annotations
 
-import threading
 import time
 import typing as t
 
@@ -32,18 +31,19 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     check_options,
     message,
 )
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import (
-    fleet_id_error,
-    first_failure,
-    post_failure,
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import fleet_id_error
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_wait import (
+    NEVER,
+    FleetMember,
+    cut_short_message,
+    died_after_proof_message,
+    run_until,
 )
 
 display = Display()
 
 # Chunks shorter than this are not started; the deadline is as good as reached.
 MIN_CHUNK = 0.2
-# How often a fleet member looks at the fleet board while its chunk runs.
-FLEET_POLL = 0.1
 
 
 def progress_line(host: str, args: t.Mapping[str, t.Any], result: t.Mapping[str, t.Any], elapsed: float) -> str:
@@ -69,15 +69,6 @@ def unreachable_message(node: str, args: t.Mapping[str, t.Any], elapsed: float, 
             f"still run: once node {node} can be reached, check it (playbooks/status.yml) or launch again (a running job is left alone)")
 
 
-def fleet_message(args: t.Mapping[str, t.Any], first: t.Mapping[str, t.Any], elapsed: float) -> str:
-    """The message of a member whose wait ended because another member of its fleet failed first."""
-    who = f"session {args['session_name']}" if args.get("session_name") else f"log {args['log_path']}"
-    status = f", exit status {first['exit_status']}" if first.get("exit_status") is not None else ""
-    return (f"Stopped waiting for {who} in container {args['vmid']} after {elapsed:.1f} s: {first.get('host')} "
-            f"(CT {first.get('vmid')} on {first.get('node')}) of fleet {args['fleet_id']} failed first "
-            f"({first.get('verdict')}{status}): {first.get('msg', '')}; this container's job is not at fault")
-
-
 class ActionModule(ActionBase):
     """Wait for a job's log in chunks of one ``pct exec`` each."""
 
@@ -95,7 +86,13 @@ class ActionModule(ActionBase):
         if errors:
             result.update(failed=True, msg="; ".join(errors))
             return result
-        result.update(self._wait(args, task_vars or {}))
+        task_vars = task_vars or {}
+        host = str(task_vars.get("inventory_hostname", "localhost"))
+        if args.get("fleet_id") is None:
+            result.update(self._wait(args, task_vars, host, None))
+            return result
+        with FleetMember(args["fleet_id"], host, args["vmid"], self._node(host)) as member:
+            result.update(self._wait(args, task_vars, host, member))
         return result
 
     def _chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int) -> dict[str, t.Any]:
@@ -103,74 +100,43 @@ class ActionModule(ActionBase):
         module_args.update(timeout=round(seconds, 3), offset=offset)
         return self._execute_module(module_name=MODULE_NAME, module_args=module_args, task_vars=task_vars)
 
-    def _peer_failure(self, args: dict[str, t.Any], host: str) -> dict[str, t.Any] | None:
-        """The first failure of another member of the fleet, if any (never without fleet_id)."""
-        if args.get("fleet_id") is None:
-            return None
-        first = first_failure(args["fleet_id"])
-        return first if first and first.get("host") != host else None
-
-    def _watched_chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int,
-                       host: str) -> tuple[dict[str, t.Any] | None, dict[str, t.Any] | None]:
-        """(chunk result, None), or (None, a peer's failure) as soon as the fleet board shows one."""
-        if args.get("fleet_id") is None:
-            return self._chunk(args, task_vars, seconds, offset), None
-        box: dict[str, t.Any] = {}
-
-        def work() -> None:
-            try:
-                box["result"] = self._chunk(args, task_vars, seconds, offset)
-            except Exception as exc:  # pylint: disable=broad-exception-caught  # re-raised in the task's thread
-                box["error"] = exc
-
-        worker = threading.Thread(target=work, name=f"wait_for_log chunk {host}", daemon=True)
-        worker.start()
-        while worker.is_alive():
-            worker.join(FLEET_POLL)
-            peer = self._peer_failure(args, host)
-            if peer is not None and worker.is_alive():
-                return None, peer
-        if "error" in box:
-            raise box["error"]
-        peer = self._peer_failure(args, host)
-        if peer is not None and box["result"].get("verdict") == "timeout":
-            return None, peer
-        return box["result"], None
-
-    def _post(self, args: dict[str, t.Any], host: str, node: str, res: t.Mapping[str, t.Any]) -> bool:
-        """Tell the fleet that this member failed; True when it is the first."""
-        if args.get("fleet_id") is None:
-            return False
-        return post_failure(args["fleet_id"], {
-            "host": host, "vmid": args["vmid"], "node": node, "verdict": res.get("verdict", "failed"),
-            "exit_status": res.get("exit_status"), "msg": str(res.get("msg", ""))[:300]})
-
     def _node(self, host: str) -> str:
         delegate = self._task.delegate_to
         return delegate if isinstance(delegate, str) and delegate else host
 
-    def _wait(self, args: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
-        host = str(task_vars.get("inventory_hostname", "localhost"))
+    def _one_chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int,
+                   member: FleetMember | None) -> tuple[dict[str, t.Any] | None, dict[str, t.Any] | None, int]:
+        """(chunk result, None, 1), or (None, the failure of another member, chunks run) as soon as the board shows one."""
+        if member is None:
+            return self._chunk(args, task_vars, seconds, offset), None, 1
+        peer = member.peer_failure()  # one failed while this member was between chunks (or before its first)
+        if peer is not None:
+            return None, peer, 0
+        res = run_until(lambda: self._chunk(args, task_vars, seconds, offset), lambda: member.peer_failure() is not None)
+        peer = member.peer_failure()
+        if res is not None and (peer is None or res.get("verdict") != "timeout"):
+            return res, None, 1
+        return None, peer, 1
+
+    def _wait(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], host: str, member: FleetMember | None) -> dict[str, t.Any]:
         started = time.monotonic()
         deadline = started + args["timeout"]
         offset, calls = args["offset"], 0
         while True:
             remaining = deadline - time.monotonic()
-            # a member failed while this one was between chunks (or before its first): no chunk more
-            res, peer = None, self._peer_failure(args, host)
             try:
-                if peer is None:
-                    res, peer = self._watched_chunk(args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, host)
-                    calls += 1
+                res, peer, ran = self._one_chunk(args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, member)
             except AnsibleConnectionFailure as exc:  # the node went away: say which, and what it means for the job
                 msg = unreachable_message(self._node(host), args, time.monotonic() - started, exc)
-                self._post(args, host, self._node(host), {"verdict": "unreachable", "msg": msg})
+                if member is not None:
+                    member.post({"verdict": "unreachable", "msg": msg})
                 raise AnsibleConnectionFailure(msg) from None
+            calls += ran
             elapsed = time.monotonic() - started
             if peer is not None:
                 return {"failed": True, "verdict": "fleet_failed", "fleet_failure": peer, "elapsed": round(elapsed, 3),
-                        "pct_calls": calls, "msg": fleet_message(args, peer, elapsed)}
-            res = t.cast("dict[str, t.Any]", res)  # a chunk ran: no peer failure means a result
+                        "pct_calls": calls, "msg": cut_short_message(args, peer, elapsed)}
+            res = t.cast("dict[str, t.Any]", res)  # no failure of another member: this member's chunk ran
             if res.get("verdict") != "timeout" or deadline - time.monotonic() < MIN_CHUNK:
                 break
             offset = res.get("offset", offset)
@@ -180,6 +146,30 @@ class ActionModule(ActionBase):
             res["msg"] = message(res, args)
             # ansible-core 2.19+ keeps the module's own failure summary (with the chunk's msg) here
             res.pop("exception", None)
-        if res.get("failed") and args.get("fleet_id") is not None:
-            res["fleet_first"] = self._post(args, host, self._node(host), res)
+        if member is not None and res.get("failed"):
+            res["fleet_first"] = member.post(res)
+        elif member is not None and res.get("verdict") == "started":
+            member.proven()
+            res = self._watch_after_proof(args, task_vars, member, res, deadline)
         return res
+
+    def _watch_after_proof(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], member: FleetMember,
+                           proof: dict[str, t.Any], deadline: float) -> dict[str, t.Any]:
+        """While other members still wait, watch this proven job: its death (or fail_pattern) fails the fleet too."""
+        watch_args = dict(args, pattern=NEVER)
+        offset = proof.get("offset", args["offset"])
+        while member.others_waiting() and member.peer_failure() is None and deadline - time.monotonic() >= MIN_CHUNK:
+            seconds = min(CHUNK_SECONDS, deadline - time.monotonic())
+            watch = run_until(lambda: self._chunk(watch_args, task_vars, seconds, offset),
+                              lambda: not member.others_waiting() or member.peer_failure() is not None)
+            if watch is None:
+                break
+            proof["pct_calls"] = proof.get("pct_calls", 0) + 1
+            if watch.get("verdict") != "timeout":
+                watch.pop("exception", None)
+                watch.update(failed=True, pct_calls=proof["pct_calls"], proven_line=proof.get("matched_line"),
+                             msg=died_after_proof_message(args, proof, watch))
+                watch["fleet_first"] = member.post(watch)
+                return watch
+            offset = watch.get("offset", offset)
+        return proof

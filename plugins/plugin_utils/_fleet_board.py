@@ -7,8 +7,9 @@ Each ``wait_for_log`` with the same ``fleet_id`` runs in its own Ansible worker 
 The first member whose wait fails (the job died, ``fail_pattern``, a timeout, the node lost) posts it here:
 it creates ``first.json`` in the fleet's folder with ``O_EXCL``, so exactly one member is the first, whatever
 the races. Every other member polls the folder between its own chunk's results and ends its wait as soon
-as ``first.json`` exists, naming that member. The folder lives in the controller's temporary directory, one
-per user; boards older than a day are removed when a new one is made.
+as ``first.json`` exists, naming that member. ``waiting-<host, hex>`` files say which members still wait for
+their own proof. The folder lives in the controller's temporary directory, one per user; boards older than a
+day are removed when a new one is made.
 """
 
 from __future__ import annotations
@@ -81,3 +82,28 @@ def first_failure(fleet_id: str) -> dict[str, t.Any] | None:
         return dict(json.loads(text)) if text else None
     except (OSError, ValueError):
         return None
+
+
+def _waiting_path(fleet_id: str, host: str) -> Path:
+    return board(fleet_id) / ("waiting-" + host.encode("utf-8").hex())
+
+
+def mark_waiting(fleet_id: str, host: str) -> None:
+    """Member ``host`` waits for its proof."""
+    _waiting_path(fleet_id, host).touch(mode=0o600)
+
+
+def mark_done(fleet_id: str, host: str) -> None:
+    """Member ``host`` waits no more (proven, or its wait ended)."""
+    _waiting_path(fleet_id, host).unlink(missing_ok=True)
+
+
+def waiting(fleet_id: str) -> list[str]:
+    """The members that still wait for their proof."""
+    names = []
+    for path in board(fleet_id).glob("waiting-*"):
+        try:
+            names.append(bytes.fromhex(path.name[len("waiting-"):]).decode("utf-8"))
+        except ValueError:
+            continue
+    return sorted(names)

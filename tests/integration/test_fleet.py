@@ -367,6 +367,34 @@ def test_multinode_fails_as_one_when_a_rank_dies(remote_nodes: dict[str, RemoteN
         assert left.stdout.decode().split() == [], f"{host}: {left.stdout!r}"
 
 
+# Rank 2 proves its own start at once and dies 2 s later, while the others still wait for theirs.
+PROVEN_THEN_DIES = ('if [ "$NODE_RANK" = ' + str(DYING_RANK) + ' ]; then echo "rank $NODE_RANK of 4: world [0, 1, 2, 3]"; '
+                    'sleep 2; date +%s.%N > /workspace/died_at; exit 5; fi; exec sleep 300')
+
+
+def test_a_rank_that_dies_after_its_own_proof_fails_the_fleet(remote_nodes: dict[str, RemoteNode], multinode_inventory: Path) -> None:
+    folder = multinode_inventory.parent
+    ensure_running(remote_nodes)
+    session, log = "rendezvous4", "/workspace/rendezvous4.log"
+    run = run_playbook(folder, multinode_inventory, MULTINODE_JOB,
+                       {"job_session_name": session, "job_log_path": log, "job_master_addr": "127.0.0.1",
+                        "job_command": PROVEN_THEN_DIES, "job_stop_timeout": 5})
+    ended = time.time()
+    dead_host, dead_vmid, dead_node = RANKS[DYING_RANK]
+    died = float(remote_nodes[dead_node].sh(dead_vmid, "cat /workspace/died_at").stdout.decode() or "nan")
+    print(f"a proven rank died -> the play failed: {ended - died:.2f} s (whole play {run.seconds:.1f} s)")
+    assert run.rc != 0 and ended - died < DEATH_TO_FAILED_PLAY_BOUND, run.output
+    dead = run.result(HANDLER, dead_host)
+    assert dead["verdict"] == "died" and dead["exit_status"] == 5 and dead["fleet_first"] is True, dead
+    assert dead["msg"].startswith(f"Job failed in session {session} in container {dead_vmid} after its start was proven"), dead
+    assert run.summary()[0] == f"{session}: 0 of 4 containers run, failed: {dead_host}", run.summary()
+    for host, vmid, node in RANKS:
+        if host != dead_host:
+            assert run.result(HANDLER, host)["verdict"] == "fleet_failed", run.result(HANDLER, host)
+            left = remote_nodes[node].sh(vmid, 'tmux has-session -t "=$1" 2>/dev/null && echo session; true', session)
+            assert left.stdout.decode().split() == [], f"{host}: {left.stdout!r}"
+
+
 # Fleet failures on the local stand-in.
 
 @dataclasses.dataclass

@@ -289,3 +289,55 @@ def test_a_bad_fleet_id_starts_nothing(boards: Path) -> None:
     script = Script([chunk_result("started", 40)])
     result = make_action(dict(MEMBER, fleet_id="../x"), script).run(task_vars={})
     assert result["failed"] and result["msg"].startswith("Cannot use option fleet_id '../x'") and not script.args
+
+
+# After its own proof, a member watches its job while other members still wait (waiting markers on the board).
+
+def test_a_rank_that_dies_after_its_proof_fails_the_fleet(boards: Path) -> None:
+    fleet_board.mark_waiting("rdv-1", "ct362")
+    script = Script([chunk_result("started", 40, matched_line="rank 2 ready"),
+                     chunk_result("died", 60, exit_status=7, session_state="finished", session_alive=False)])
+    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    assert result["failed"] and result["verdict"] == "died" and result["fleet_first"] is True, result
+    assert [args["pattern"] for args in script.args] == [None, "(?!)"] and script.args[1]["offset"] == 40
+    assert result["msg"].startswith("Job failed in session rdv in container 361 after its start was proven ('rank 2 ready')")
+    assert "the job ended with exit status 7" in result["msg"] and result["pct_calls"] == 2
+    assert (fleet_board.first_failure("rdv-1") or {})["host"] == "ct361"
+    assert fleet_board.waiting("rdv-1") == ["ct362"], "only the member that still waits is marked"
+
+
+class ProofThenBlock(Script):
+    """The first chunk proves the start at once; the next one (the watch) blocks like a healthy job's chunk."""
+
+    def __init__(self, results: list[dict[str, t.Any]]) -> None:
+        super().__init__(results)
+        self.patterns: list[t.Any] = []
+        self.release = threading.Event()
+
+    def __call__(self, *args: t.Any, **kwargs: t.Any) -> dict[str, t.Any]:
+        self.patterns.append((kwargs.get("module_args") or {}).get("pattern"))
+        if len(self.patterns) > 1:
+            self.release.wait(20)
+        return super().__call__(*args, **kwargs)
+
+
+def test_a_proven_member_returns_as_soon_as_no_member_waits(boards: Path) -> None:
+    fleet_board.mark_waiting("rdv-1", "ct362")
+    script = ProofThenBlock([chunk_result("started", 40, matched_line="go"), chunk_result("timeout", 40)])
+    timer = threading.Timer(0.3, fleet_board.mark_done, ("rdv-1", "ct362"))
+    timer.start()
+    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    script.release.set()
+    assert result["verdict"] == "started" and not result.get("failed"), result
+    assert script.patterns == [None, "(?!)"], "it watched its job while ct362 waited, and returned when it was done"
+
+
+def test_a_proven_member_whose_peer_fails_stays_started(boards: Path) -> None:
+    fleet_board.mark_waiting("rdv-1", "ct362")
+    script = ProofThenBlock([chunk_result("started", 40, matched_line="go"), chunk_result("timeout", 40)])
+    timer = threading.Timer(0.3, fleet_board.post_failure, ("rdv-1", {"host": "ct362", "verdict": "died", "exit_status": 1}))
+    timer.start()
+    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    script.release.set()
+    assert result["verdict"] == "started" and not result.get("failed"), "its own job is fine: the launch stops it"
+    assert script.patterns == [None, "(?!)"]
