@@ -384,7 +384,7 @@ def main():
             break
         if not more:
             time.sleep(max(0.0, min(P["sleep"], deadline - time.monotonic())))
-    if verdict == "started" and state == "alive" and session:
+    if verdict == "started" and state == "alive" and session and P["record_proof"]:
         emit("proof_recorded", 1 if mark_proven(session) else 0)
     report(verdict, line, log, offset, size, state, pid if state == "alive" else None, exit_info, started)
 
@@ -446,7 +446,7 @@ while [ -z "$verdict" ] && [ -n "$LOG" ]; do
   sleep "$SLEEP"
 done
 [ -n "$verdict" ] || verdict=died
-if [ "$verdict" = started ] && [ "$state" = alive ]; then
+if [ "$verdict" = started ] && [ "$state" = alive ] && [ "$RECORD" = 1 ]; then
   if tm set-option -t "=$SESSION:" @trainops_proven "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >/dev/null 2>&1; then kv proof_recorded 1
   else kv proof_recorded 0; fi
 fi
@@ -489,6 +489,8 @@ def poll_parameters(params: t.Mapping[str, t.Any], duration: float, offset: int)
         "sleep": float(params["sleep"]),
         "tail_lines": int(params["tail_lines"]),
         "offset": int(offset),
+        # check mode writes nothing: no @trainops_proven on the session
+        "record_proof": bool(params.get("record_proof", True)),
     }
 
 
@@ -503,6 +505,7 @@ def _sh_assignments(poll: t.Mapping[str, t.Any]) -> str:
         "SLEEP": f"{poll['sleep']:g}",
         "TAIL": str(poll["tail_lines"]),
         "OFF": str(poll["offset"]),
+        "RECORD": "1" if poll["record_proof"] else "0",
     }
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
 

@@ -99,7 +99,9 @@ options:
     type: str
 attributes:
   check_mode:
-    description: Can run in check mode; the module only reads, so it waits in check mode too.
+    description:
+      - Can run in check mode. The wait only reads, so it waits in check mode too; the verdict V(started) is then not
+        recorded on the session (RV(proof_recorded) is V(false)): check mode writes nothing.
     support: full
   diff_mode:
     description: Returns details on what has changed in diff mode.
@@ -317,7 +319,7 @@ def main() -> None:
     if errors:
         module.fail_json(msg="; ".join(errors))
     started = time.monotonic()
-    program = build_poll_program(params, params["timeout"], params["offset"])
+    program = build_poll_program(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"])
     try:
         rc, out, err = run_in_container(module, params["vmid"], program, pct_path=params["pct_path"],
                                         timeout=params["timeout"] + PCT_MARGIN)

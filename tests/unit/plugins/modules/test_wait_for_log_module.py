@@ -9,6 +9,7 @@ for the container, and records each call (the module must make exactly one per c
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import typing as t
 from pathlib import Path
@@ -148,3 +149,26 @@ def test_tmux_missing_never_proves_a_start_with_an_old_log(tmp_path: Path, monke
     assert result["failed"] and result["verdict"] == "died" and result["tmux_missing"] is True
     assert result["engine"] == ("sh" if hide_python else "python3") and result["log_size"] == log.stat().st_size
     assert result["msg"].startswith("Cannot watch session train in container 250: tmux is not installed in the container")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (tools/system-packages.sh tests installs it)")
+@pytest.mark.parametrize("hide_python", [False, True], ids=["python3", "sh"])
+@pytest.mark.parametrize("check_mode", [False, True], ids=["normal", "check"])
+def test_the_proof_is_recorded_on_the_session_except_in_check_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str], hide_python: bool,
+                                                                   check_mode: bool) -> None:
+    log = tmp_path / "t.log"
+    log.write_bytes(HEADER + b"Epoch 1/3\n")
+    monkeypatch.setenv("TMUX_TMPDIR", str(tmp_path))  # a tmux server of the test's own
+    monkeypatch.setattr(wait_for_log.AnsibleModule, "warn", lambda self, text: None)
+    subprocess.run(["tmux", "new-session", "-d", "-s", "proofcheck", "sleep 60"], check=True, timeout=30)
+    try:
+        result = run_module(monkeypatch, capsys, LocalContainer(hide_python=hide_python), vmid=250, session_name="proofcheck",
+                            log_path=str(log), pattern="Epoch", timeout=5, _ansible_check_mode=check_mode)
+        shown = subprocess.run(["tmux", "show-options", "-v", "-t", "=proofcheck:", "@trainops_proven"],
+                               capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+    finally:
+        subprocess.run(["tmux", "kill-server"], capture_output=True, timeout=30, check=False)
+    assert result["verdict"] == "started" and result["engine"] == ("sh" if hide_python else "python3"), result
+    assert result["proof_recorded"] is (not check_mode), result
+    assert bool(shown) is (not check_mode), f"@trainops_proven is {shown!r} after a wait with check mode {check_mode}"
