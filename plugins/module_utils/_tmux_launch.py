@@ -20,12 +20,11 @@ import typing as t
 from urllib.parse import unquote_to_bytes
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_sh
+from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import VMID_MAX, VMID_MIN
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
-VMID_MIN = 100
-VMID_MAX = 999_999_999
 RUN_DIR = "/run/trainops"
 SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL")
 ACTIONS = {"started": "start", "stopped": "stop", "restarted": "restart"}

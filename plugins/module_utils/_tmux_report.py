@@ -17,11 +17,11 @@ import shlex
 import typing as t
 from urllib.parse import unquote_to_bytes
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import VMID_MAX, VMID_MIN
+
 SESSION_NAME_RE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")  # \Z: "$" would accept a trailing newline
 PREFIX = "trainops:"
 MAX_LINE_BYTES = 4000
-VMID_MIN = 100
-VMID_MAX = 999_999_999
 MAX_LINES = 10000
 
 INFO_ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {

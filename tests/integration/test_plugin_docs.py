@@ -15,6 +15,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import typing as t
 
 import pytest
@@ -134,3 +135,30 @@ def test_doc_text(doc_type: str, fqcn: str) -> None:
     assert "\nEXAMPLES:" in text
     if doc_type in RETURNS_VALUES:
         assert "\nRETURN VALUES:" in text
+
+
+def test_module_defaults_reach_every_module_through_the_action_group(tmp_path: pathlib.Path) -> None:
+    """meta/runtime.yml's action group pct_launch: one module_defaults entry sets pct_path for all three modules."""
+    modules = sorted(name for doc_type, name in PLUGINS if doc_type == "module")
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text(encoding="utf-8"))
+    assert sorted(f"{COLLECTION}.{name}" for name in runtime["action_groups"]["pct_launch"]) == modules
+    missing = tmp_path / "no-such-pct"
+    tasks = [{"name": name, COLLECTION + "." + name.split(".")[-1]: args, "register": "out", "ignore_errors": True}
+             for name, args in ((f"{COLLECTION}.tmux_session_info", {"vmid": 200}),
+                                (f"{COLLECTION}.tmux_session", {"vmid": 200, "session_name": "t", "state": "stopped"}),
+                                (f"{COLLECTION}.wait_for_log", {"vmid": 200, "session_name": "t", "timeout": 1}))]
+    for task in tasks:
+        task["register"] = task["name"].split(".")[-1]
+    play = [{"hosts": "localhost", "gather_facts": False, "module_defaults": {f"group/{COLLECTION}.pct_launch": {"pct_path": str(missing)}},
+             "tasks": tasks + [{"name": "Write the messages", "ansible.builtin.copy": {
+                 "content": "{{ [tmux_session_info.msg, tmux_session.msg, wait_for_log.msg] | to_json }}",
+                 "dest": str(tmp_path / "messages.json"), "mode": "0600"}}]}]
+    playbook = tmp_path / "defaults.yml"
+    playbook.write_text(yaml.safe_dump(play), encoding="utf-8")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+                           str(playbook)], env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL, check=False)
+    assert (tmp_path / "messages.json").is_file(), proc.stdout + proc.stderr
+    messages = json.loads((tmp_path / "messages.json").read_text(encoding="utf-8"))
+    assert len(messages) == 3 and all(str(missing) in str(msg) for msg in messages), messages
