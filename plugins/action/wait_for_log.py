@@ -165,6 +165,8 @@ class ActionModule(ActionBase):
             if watch is None:
                 break
             proof["pct_calls"] = proof.get("pct_calls", 0) + 1
+            if watch.get("verdict") == "died" and watch.get("exit_status") == 0:
+                return proof  # it finished, successfully (a short job, or a rank done early): nothing to fail
             if watch.get("verdict") != "timeout":
                 watch.pop("exception", None)
                 watch.update(failed=True, pct_calls=proof["pct_calls"], proven_line=proof.get("matched_line"),

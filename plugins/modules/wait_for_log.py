@@ -89,9 +89,10 @@ options:
         is posted on the controller, and every other member ends its wait within a fraction of a second with the
         verdict V(fleet_failed), naming that member in RV(fleet_failure), instead of waiting for a peer that will
         never come (a rendezvous of a multi-node job).
-      - A member whose job proved its start keeps watching it (chunks in which only a death or O(fail_pattern) counts)
-        while other members still wait for theirs, so a rank that dies after its own proof fails the fleet too; it
-        returns as soon as no member waits any more.
+      - A member whose job proved its start keeps watching it (chunks in which only the job's end or O(fail_pattern)
+        counts) while other members still wait for theirs, so a rank that dies after its own proof fails the fleet
+        too (any end but exit status V(0); a job that finishes with V(0) is done, not failed). It returns as soon as
+        no member waits any more.
       - Waiting still costs one C(pct exec) per chunk. A member's chunk running when the fleet fails is abandoned
         and ends by itself in the container.
       - 1 to 128 characters of C([A-Za-z0-9_.-]); use a new one for each launch. C(playbooks/launch.yml) sets it

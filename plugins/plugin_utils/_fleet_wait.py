@@ -10,9 +10,10 @@ Every member runs in its own Ansible worker process. A member:
 * runs each chunk of waiting in a thread and looks at the board every ``POLL`` seconds meanwhile: when
   another member failed first, its wait ends at once (the chunk in the container ends by itself);
 * posts its own failure, so that the others end theirs;
-* once proven, keeps watching its own job (chunks with a pattern that never matches, so only a death or
-  ``fail_pattern`` ends them) while other members still wait: a rank that dies after its own proof
-  ends the fleet's wait too. It stops watching as soon as no member waits any more.
+* once proven, keeps watching its own job (chunks with a pattern that never matches, so only the job's
+  end or ``fail_pattern`` ends them) while other members still wait: a rank that dies after its own proof
+  (any end but exit status 0: a failure, a signal, a vanished session) ends the fleet's wait too; one
+  that finishes with exit status 0 is done, not failed. It stops watching as soon as no member waits.
 """
 
 from __future__ import annotations

@@ -341,3 +341,12 @@ def test_a_proven_member_whose_peer_fails_stays_started(boards: Path) -> None:
     script.release.set()
     assert result["verdict"] == "started" and not result.get("failed"), "its own job is fine: the launch stops it"
     assert script.patterns == [None, "(?!)"]
+
+
+def test_a_proven_member_whose_job_finishes_with_status_0_is_started(boards: Path) -> None:
+    fleet_board.mark_waiting("rdv-1", "ct362")
+    script = Script([chunk_result("started", 40, matched_line="rank 3 of 4: world [0, 1, 2, 3]"),
+                     chunk_result("died", 60, exit_status=0, session_state="finished", session_alive=False)])
+    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    assert result["verdict"] == "started" and not result.get("failed"), result
+    assert fleet_board.first_failure("rdv-1") is None, "a job that finished well fails nobody"
