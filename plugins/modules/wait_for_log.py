@@ -102,7 +102,7 @@ attributes:
   check_mode:
     description:
       - Can run in check mode. The wait only reads, so it waits in check mode too; the verdict V(started) is then not
-        recorded on the session (RV(proof_recorded) is V(false)): check mode writes nothing.
+        recorded on the session (RV(proof_recorded) is V(false)), so check mode writes nothing.
     support: full
   diff_mode:
     description: Returns details on what has changed in diff mode.
