@@ -143,12 +143,10 @@ def test_module_defaults_reach_every_module_through_the_action_group(tmp_path: p
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text(encoding="utf-8"))
     assert sorted(f"{COLLECTION}.{name}" for name in runtime["action_groups"]["pct_launch"]) == modules
     missing = tmp_path / "no-such-pct"
-    tasks = [{"name": name, COLLECTION + "." + name.split(".")[-1]: args, "register": "out", "ignore_errors": True}
-             for name, args in ((f"{COLLECTION}.tmux_session_info", {"vmid": 200}),
-                                (f"{COLLECTION}.tmux_session", {"vmid": 200, "session_name": "t", "state": "stopped"}),
-                                (f"{COLLECTION}.wait_for_log", {"vmid": 200, "session_name": "t", "timeout": 1}))]
-    for task in tasks:
-        task["register"] = task["name"].split(".")[-1]
+    tasks = [{"name": f"{COLLECTION}.{name}", f"{COLLECTION}.{name}": args, "register": name, "ignore_errors": True}
+             for name, args in (("tmux_session_info", {"vmid": 200}),
+                                ("tmux_session", {"vmid": 200, "session_name": "t", "state": "stopped"}),
+                                ("wait_for_log", {"vmid": 200, "session_name": "t", "timeout": 1}))]
     play = [{"hosts": "localhost", "gather_facts": False, "module_defaults": {f"group/{COLLECTION}.pct_launch": {"pct_path": str(missing)}},
              "tasks": tasks + [{"name": "Write the messages", "ansible.builtin.copy": {
                  "content": "{{ [tmux_session_info.msg, tmux_session.msg, wait_for_log.msg] | to_json }}",
