@@ -5,7 +5,8 @@
 ``traced_programs`` runs a command under ``strace -f`` and returns the paths of the programs that
 it and its children executed on the host. Programs run inside a container or a chroot are left
 out: a process that called ``chroot``, ``pivot_root`` or ``setns`` (lxc-attach, mmdebstrap's
-maintainer scripts, lxc-start's container init) and its later children see another file system.
+maintainer scripts, lxc-start's container init) and its later children see another file system, and a
+process whose fork from a host process the log does not show is not taken for one.
 Children are matched to their parents by the pids strace sees (``--pidns-translation``: inside a
 container, ``clone`` returns the pid of the container's namespace).
 
@@ -61,26 +62,30 @@ def _calls(lines: Iterable[str]) -> Iterable[tuple[str, str, str, str]]:
 
 
 def parse(lines: Iterable[str]) -> Trace:
-    """The host programs a strace -f log shows executed (successful execve), outside containers and chroots."""
+    """The host programs a strace -f log shows executed (successful execve), outside containers and chroots.
+
+    Only the traced command (the log's first pid) and the processes it and they forked, as the log shows each
+    fork, count as on the host, until one of them calls chroot, pivot_root or setns. A process whose fork the
+    log does not show (a pid that strace could not translate from a container's namespace) does not count.
+    """
     trace = Trace()
-    elsewhere: set[str] = set()
+    host: set[str] = set()
+    first = True
     for pid, syscall, args, result in _calls(lines):
+        if first:
+            host.add(pid)
+            first = False
         if syscall in FORKS and result.isdigit():
-            if pid in elsewhere:
-                elsewhere.add(result)
+            if pid in host:
+                host.add(result)
         elif syscall in ELSEWHERE and result == "0":
-            elsewhere.add(pid)
+            host.discard(pid)
         elif syscall in ("execve", "execveat") and result == "0":
             match = EXEC_PATH_RE.match(args)
-            if not match:
-                continue
-            path = match.group(1) or match.group(2) or ""
+            path = (match.group(1) or match.group(2) or "") if match else ""
             if not path:
                 continue  # execveat(fd, "", AT_EMPTY_PATH): a program re-executing itself (lxc-attach from a memfd)
-            if pid in elsewhere:
-                trace.inside.add(path)
-            else:
-                trace.programs.add(path)
+            (trace.programs if pid in host else trace.inside).add(path)
     return trace
 
 
