@@ -20,7 +20,8 @@
 #   standin      the Proxmox VE stand-in (tools/pve_standin/setup.sh and pct):
 #                LXC, lxc-templates (it ships /usr/share/lxc/config/debian.common.conf,
 #                which every stand-in container's LXC config includes; lxc only
-#                recommends it), mmdebstrap for the images
+#                recommends it), mmdebstrap and ca-certificates for the images,
+#                python3 for pct, procps for sysctl
 #   nodes        simulated remote nodes (tools/pve_standin/node.sh, benchmarks):
 #                the OpenSSH server and client
 #   tests        what tests/run.sh needs beyond the above: git (sanity's copy of
@@ -46,7 +47,7 @@ mode=install
 case "${1:-}" in
     --list) mode=list; shift ;;
     --check) mode=check; shift ;;
-    -h | --help) sed -n '11,28s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '11,29s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
 esac
 [ "$#" -gt 0 ] || { echo "usage: tools/system-packages.sh [--list|--check] GROUP..." >&2; exit 2; }
 

@@ -9,9 +9,9 @@ the verdict or the deadline, printing a progress line after every chunk that end
 
 With ``fleet_id``, the waits of one fleet (each in its own worker process) end together: a member whose
 wait fails posts it on the fleet board (``plugin_utils/_fleet_board.py``), and every other member, which
-runs its chunk in a thread and looks at the board every ``FLEET_POLL`` seconds meanwhile, ends its wait
-at once with the verdict ``fleet_failed``, naming the member that failed first. Its chunk still running
-in the container ends by itself within ``CHUNK_SECONDS`` (it only reads).
+runs its chunk in a thread and looks at the board meanwhile (``plugin_utils/_fleet_wait.py``), ends its
+wait at once with the verdict ``fleet_failed``, naming the member that failed first. Its chunk still
+running in the container ends by itself within ``CHUNK_SECONDS`` (it only reads).
 """
 
 from __future__ import annotations

@@ -572,7 +572,8 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
     }
 
 
-def _subject(params: t.Mapping[str, t.Any]) -> str:
+def subject(params: t.Mapping[str, t.Any]) -> str:
+    """``session NAME in container VMID`` (or ``log PATH in container VMID``): what a wait is about."""
     if params.get("session_name"):
         return f"session {params['session_name']} in container {params['vmid']}"
     return f"log {params['log_path']} in container {params['vmid']}"
@@ -601,19 +602,19 @@ def _log_state(result: t.Mapping[str, t.Any]) -> str:
 
 
 def _died_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str:
-    subject, when = _subject(params), f"after {result['elapsed']:.1f} s"
+    what, when = subject(params), f"after {result['elapsed']:.1f} s"
     state = result["session_state"]
     if result["tmux_missing"] and state != "finished":
-        return f"Cannot watch {subject}: tmux is not installed in the container; install it (role trainops.pct_launch.tmux) and launch the job"
+        return f"Cannot watch {what}: tmux is not installed in the container; install it (role trainops.pct_launch.tmux) and launch the job"
     if state == "finished":
         how = f"the job ended with exit status {result['exit_status']}" if result["exit_status"] is not None else "the job ended"
         if result["stopped_by"]:
             how += f" (stopped by {result['stopped_by']})"
-        return f"Job did not start in {subject}: {how} {when}, before {_expected(params)}; {_last_lines(result)}; fix the job and launch it again"
+        return f"Job did not start in {what}: {how} {when}, before {_expected(params)}; {_last_lines(result)}; fix the job and launch it again"
     if state == "vanished":
-        return (f"Job did not start in {subject}: the session is gone without an exit status {when} (tmux killed, SIGKILL, "
+        return (f"Job did not start in {what}: the session is gone without an exit status {when} (tmux killed, SIGKILL, "
                 f"or the container restarted), before {_expected(params)}; {_last_lines(result)}; launch the job again")
-    return (f"Cannot find {subject}: no tmux session of that name is running and {_log_state(result)}; "
+    return (f"Cannot find {what}: no tmux session of that name is running and {_log_state(result)}; "
             "check session_name and log_path, and that the job was launched")
 
 
@@ -626,7 +627,7 @@ def _timeout_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any
         session = "the session is gone"
     else:
         session = "no session_name was given, so whether the job is alive is unknown"
-    return (f"Timed out after {params['timeout']:g} s waiting for {_expected(params)} in {_subject(params)}: "
+    return (f"Timed out after {params['timeout']:g} s waiting for {_expected(params)} in {subject(params)}: "
             f"{_log_state(result)}; {session}; {_last_lines(result)}; raise timeout if the job starts slowly, or look at the job")
 
 
@@ -635,9 +636,9 @@ def message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str
     verdict = result["verdict"]
     if verdict == "started":
         what = f"pattern {params['pattern']!r} matched" if params.get("pattern") is not None else "the log has output"
-        return f"Job started in {_subject(params)}: {what} after {result['elapsed']:.1f} s: {result['matched_line']!r}"
+        return f"Job started in {subject(params)}: {what} after {result['elapsed']:.1f} s: {result['matched_line']!r}"
     if verdict == "fail_pattern":
-        return (f"Job failed in {_subject(params)}: a log line matches fail_pattern {params['fail_pattern']!r} "
+        return (f"Job failed in {subject(params)}: a log line matches fail_pattern {params['fail_pattern']!r} "
                 f"after {result['elapsed']:.1f} s: {result['matched_line']!r}; {_last_lines(result)}; fix the job and launch it again")
     if verdict == "timeout":
         return _timeout_message(result, params)
@@ -646,7 +647,7 @@ def message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str
 
 def stopped_message(params: t.Mapping[str, t.Any]) -> str:
     """The message when the container stopped while the poll program ran in it."""
-    return (f"Cannot wait for {_subject(params)}: the container is not running any more (it stopped during the wait, "
+    return (f"Cannot wait for {subject(params)}: the container is not running any more (it stopped during the wait, "
             f"and the job with it); start it with 'pct start {params['vmid']}' and launch the job again")
 
 
@@ -656,4 +657,4 @@ def program_failure(rc: int, stdout: str, stderr: str, params: t.Mapping[str, t.
     if facts.get("verdict") and rc == 0:
         return None
     cause = facts.get("message") or " | ".join(line for line in stderr.splitlines()[-3:] if line.strip()) or "no error output"
-    return f"Cannot wait for {_subject(params)}: the poll program in the container failed (exit status {rc}): {cause}"
+    return f"Cannot wait for {subject(params)}: the poll program in the container failed (exit status {rc}): {cause}"

@@ -272,6 +272,13 @@ fleet_failure:
   returned: when RV(verdict) is V(fleet_failed)
   type: dict
   sample: {host: ct362, vmid: 362, node: pve-f, verdict: died, exit_status: 7, msg: "Job did not start in ...", posted_at: 1764580000.5}
+proven_line:
+  description:
+    - With O(fleet_id), when the job proved its start and then failed while other members still waited, the line
+      that proved it (RV(verdict) is then V(died) or V(fail_pattern)).
+  returned: when the job failed after its own proof in a fleet-wide wait
+  type: str
+  sample: "rank 2 of 4: world [0, 1, 2, 3]"
 fleet_first:
   description: With O(fleet_id), when this wait failed on its own, whether it was the first member of the fleet to fail.
   returned: when O(fleet_id) is set and this wait failed on its own

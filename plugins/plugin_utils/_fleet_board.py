@@ -6,8 +6,8 @@
 Each ``wait_for_log`` with the same ``fleet_id`` runs in its own Ansible worker process on the controller.
 The first member whose wait fails (the job died, ``fail_pattern``, a timeout, the node lost) posts it here:
 it creates ``first.json`` in the fleet's folder with ``O_EXCL``, so exactly one member is the first, whatever
-the races. Every other member polls the folder between its own chunk's results and ends its wait as soon
-as ``first.json`` exists, naming that member. ``waiting-<host, hex>`` files say which members still wait for
+the races. Every other member looks at the folder while its own chunk runs and ends its wait as soon as
+``first.json`` exists, naming that member. ``waiting-<host, hex>`` files say which members still wait for
 their own proof. The folder lives in the controller's temporary directory, one per user; boards older than a
 day are removed when a new one is made.
 """

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import subject
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _fleet_board as board
 
 POLL = 0.1
@@ -82,14 +83,10 @@ def run_until(chunk: t.Callable[[], dict[str, t.Any]], until: t.Callable[[], boo
     return dict(box["result"])
 
 
-def _who(args: t.Mapping[str, t.Any]) -> str:
-    return f"session {args['session_name']}" if args.get("session_name") else f"log {args['log_path']}"
-
-
 def cut_short_message(args: t.Mapping[str, t.Any], first: t.Mapping[str, t.Any], elapsed: float) -> str:
     """The message of a member whose wait ended because another member of its fleet failed first."""
     status = f", exit status {first['exit_status']}" if first.get("exit_status") is not None else ""
-    return (f"Stopped waiting for {_who(args)} in container {args['vmid']} after {elapsed:.1f} s: {first.get('host')} "
+    return (f"Stopped waiting for {subject(args)} after {elapsed:.1f} s: {first.get('host')} "
             f"(CT {first.get('vmid')} on {first.get('node')}) of fleet {args['fleet_id']} failed first "
             f"({first.get('verdict')}{status}): {first.get('msg', '')}; this container's job is not at fault")
 
@@ -103,6 +100,6 @@ def died_after_proof_message(args: t.Mapping[str, t.Any], proof: t.Mapping[str, 
     else:
         how = str(watch.get("msg") or "the job ended")
     lines = " | ".join(list(watch.get("log_tail") or [])[-10:]) or "the log has no lines"
-    return (f"Job failed in {_who(args)} in container {args['vmid']} after its start was proven "
+    return (f"Job failed in {subject(args)} after its start was proven "
             f"({proof.get('matched_line')!r}), while other containers of fleet {args['fleet_id']} still waited for theirs: "
             f"{how}; last log lines: {lines}; fix the job and launch it again")
