@@ -30,6 +30,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     REQUIRED_ONE_OF,
     check_options,
     message,
+    where,
 )
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import fleet_id_error
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_wait import (
@@ -57,14 +58,14 @@ def progress_line(host: str, args: t.Mapping[str, t.Any], result: t.Mapping[str,
         alive = "session alive" if result.get("session_alive") else "session gone"
     else:
         alive = "session unknown"
-    return f"[{host}] wait_for_log {who} in container {args['vmid']}: {elapsed:.0f} s of {args['timeout']:g} s, {log}, {alive}"
+    return f"[{host}] wait_for_log {who}{where(args)}: {elapsed:.0f} s of {args['timeout']:g} s, {log}, {alive}"
 
 
 def unreachable_message(node: str, args: t.Mapping[str, t.Any], elapsed: float, cause: object) -> str:
     """The message when the node cannot be reached for a chunk: the wait is over, the job's fate unknown."""
     who = f"session {args['session_name']}" if args.get("session_name") else f"log {args['log_path']}"
     detail = " ".join(str(cause).split()).rstrip(":").strip() or "no detail"
-    return (f"Cannot wait for {who} in container {args['vmid']}: node {node} cannot be reached "
+    return (f"Cannot wait for {who}{where(args)}: node {node} cannot be reached "
             f"({elapsed:.0f} s into the wait of {args['timeout']:g} s): {detail}. The job's start is not proven and the job may "
             f"still run: once node {node} can be reached, check it (playbooks/status.yml) or launch again (a running job is left alone)")
 
@@ -88,6 +89,8 @@ class ActionModule(ActionBase):
             return result
         task_vars = task_vars or {}
         host = str(task_vars.get("inventory_hostname", "localhost"))
+        if args.get("vmid") is None:
+            args = dict(args, host=host)  # for the messages: the module runs on this host
         if args.get("fleet_id") is None:
             result.update(self._wait(args, task_vars, host, None))
             return result
@@ -96,7 +99,7 @@ class ActionModule(ActionBase):
         return result
 
     def _chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int) -> dict[str, t.Any]:
-        module_args = {key: value for key, value in args.items() if key != "fleet_id"}
+        module_args = {key: value for key, value in args.items() if key not in ("fleet_id", "host")}
         module_args.update(timeout=round(seconds, 3), offset=offset)
         return self._execute_module(module_name=MODULE_NAME, module_args=module_args, task_vars=task_vars)
 

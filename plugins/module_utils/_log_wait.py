@@ -37,7 +37,7 @@ MSG_TAIL_LINES = 5
 PCT_MARGIN = 60.0
 
 ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
-    "vmid": {"type": "int", "required": True},
+    "vmid": {"type": "int"},
     "session_name": {"type": "str"},
     "log_path": {"type": "str"},
     "pattern": {"type": "str"},
@@ -63,7 +63,7 @@ def _regex_error(option: str, value: str) -> str | None:
 
 
 def _range_errors(params: t.Mapping[str, t.Any]) -> list[str]:
-    errors = vmid_errors(params["vmid"])
+    errors = vmid_errors(params["vmid"]) if params.get("vmid") is not None else []
     if not params["timeout"] > 0:
         errors.append(f"Cannot use option timeout {params['timeout']}: it must be more than 0 seconds")
     if not 0 < params["sleep"] <= MAX_SLEEP:
@@ -572,11 +572,18 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
     }
 
 
+def where(params: t.Mapping[str, t.Any]) -> str:
+    """`` in container VMID`` (the ``vmid`` path), `` on HOST`` (the action plugin names the inventory host) or nothing."""
+    if params.get("vmid") is not None:
+        return f" in container {params['vmid']}"
+    return f" on {params['host']}" if params.get("host") else ""
+
+
 def subject(params: t.Mapping[str, t.Any]) -> str:
-    """``session NAME in container VMID`` (or ``log PATH in container VMID``): what a wait is about."""
+    """``session NAME in container VMID`` (or ``log PATH on HOST``): what a wait is about."""
     if params.get("session_name"):
-        return f"session {params['session_name']} in container {params['vmid']}"
-    return f"log {params['log_path']} in container {params['vmid']}"
+        return f"session {params['session_name']}{where(params)}"
+    return f"log {params['log_path']}{where(params)}"
 
 
 def _expected(params: t.Mapping[str, t.Any]) -> str:

@@ -43,7 +43,7 @@ class SpecError(ValueError):
 class LaunchSpec:
     """The validated options of one ``tmux_session`` task."""
 
-    vmid: int
+    vmid: t.Optional[int]
     session_name: str
     state: str = "started"
     command: str | None = None
@@ -97,7 +97,9 @@ def _log_path(value: str | None, required: bool) -> str | None:
     return path
 
 
-def _vmid(value: t.Any) -> int:
+def _vmid(value: t.Any) -> int | None:
+    if value is None:
+        return None  # the module runs on its target
     if isinstance(value, bool) or not isinstance(value, int) or not VMID_MIN <= value <= VMID_MAX:
         raise SpecError(f"Invalid vmid {value!r}: use the container's VMID, an integer from {VMID_MIN} to {VMID_MAX}")
     return value

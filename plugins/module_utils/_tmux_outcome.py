@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import (
@@ -39,6 +40,11 @@ class LaunchFailed(Exception):
         self.code = code
 
 
+def where(spec: LaunchSpec) -> str:
+    """``container VMID`` (the ``vmid`` path) or ``host HOSTNAME`` (the module runs on its target)."""
+    return f"container {spec.vmid}" if spec.vmid is not None else f"host {socket.gethostname()}"
+
+
 def what_failed(spec: LaunchSpec) -> str:
     """``Cannot start session NAME in`` (followed by ``container VMID: cause``)."""
     return f"Cannot {_VERB[spec.action]} session {spec.session_name} in"
@@ -68,16 +74,17 @@ def conflict_message(spec: LaunchSpec, facts: dict[str, str]) -> str:
         detail = "it was not started by trainops.pct_launch.tmux_session, or its spec is unknown"
     else:
         detail = "; ".join(_differences(spec, running)) or "the spec hash differs"
-    return (f"{what_failed(spec)} container {spec.vmid}: session {spec.session_name} is already running with a different spec: "
+    return (f"{what_failed(spec)} {where(spec)}: session {spec.session_name} is already running with a different spec: "
             f"{detail}. Use state: restarted to replace the running job (or state: stopped first)")
 
 
 def failure(spec: LaunchSpec, rc: int, facts: dict[str, str], stderr: str, detail: str) -> LaunchFailed:
     """The error for a program that exited non-zero."""
     code = facts.get("error")
-    prefix = f"{what_failed(spec)} container {spec.vmid}: "
+    prefix = f"{what_failed(spec)} {where(spec)}: "
     if code == "tmux_missing":
-        return LaunchFailed(prefix + f"tmux is not installed in CT {spec.vmid}: apply role trainops.pct_launch.tmux", code)
+        inside = f"in CT {spec.vmid}" if spec.vmid is not None else "on this host"
+        return LaunchFailed(prefix + f"tmux is not installed {inside}: apply role trainops.pct_launch.tmux", code)
     if code == "spec_conflict":
         return LaunchFailed(conflict_message(spec, facts), code)
     if code:

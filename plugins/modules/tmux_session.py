@@ -7,21 +7,27 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: tmux_session
-short_description: Start, stop or restart a job in a detached tmux session inside a Proxmox VE container
+short_description: Start, stop or restart a job in a detached tmux session on the target host
 version_added: 0.1.0
 author:
   - trainops contributors (!UNKNOWN)
 description:
-  - Runs on the Proxmox VE node and starts a job (a shell command line or an argv) in a detached tmux session
-    inside LXC container O(vmid), through one C(pct exec VMID -- /bin/sh -s) per task.
-    The whole program for the container travels on standard input, never with a terminal,
-    so no value (environment values included) appears on a process list.
+  - Starts a job (a shell command line or an argv) in a detached tmux session on the host the task targets
+    and stops or restarts it. The job survives the end of the task, of the connection and of C(ansible-playbook).
+  - Without O(vmid) (recommended) the module runs on its target like any module (a Proxmox VE container reached
+    with the collection's C(trainops.pct_launch.pct) connection, one C(pct exec) per task with pipelining; a VM or
+    server reached over C(ssh); or C(localhost)). The target needs Python 3.7 or later and tmux.
+  - With O(vmid) (the earlier interface, kept for now) the module runs on the Proxmox VE node and reaches LXC
+    container O(vmid) through one C(pct exec VMID -- /bin/sh -s) per task; the program for the container
+    travels on standard input, never with a terminal, so no value (environment values included) appears on a
+    process list. Such tasks are delegated to the node (C(delegate_to)).
   - Before starting, the container is checked (preflight), also in check mode. C(tmux) must be installed
     (role C(trainops.pct_launch.tmux)); O(chdir), O(venv), the directory of O(log_path) and the script the command
     starts (when its first word, or the script argument of an interpreter such as C(python) or C(bash), names a file)
     must exist. Nothing is started when a check fails.
-  - The job runs under a small wrapper (C(/run/trainops/NAME/run.sh)) in its own process group, with standard
-    input C(/dev/null) and standard output and error appended to O(log_path).
+  - The job runs under a small parent process (C(/run/trainops/NAME/parent.py) without O(vmid), C(/run/trainops/NAME/run.sh)
+    with it; C(/run/trainops) is for root, another user of an C(ssh) host gets a folder in C(XDG_RUNTIME_DIR) or C(/tmp))
+    in its own process group, with standard input C(/dev/null) and standard output and error appended to O(log_path).
     The log's first line is a header written before the job starts
     (C(### trainops.pct_launch) followed by the session name, start time, host and command, never environment values);
     when the job ends, the wrapper appends a trailer line and writes C(LOG.exit) with the exit status.
@@ -37,9 +43,11 @@ description:
 options:
   vmid:
     description:
-      - VMID of the container, an integer from V(100) to V(999999999). The container must run on this node.
+      - VMID of the container, an integer from V(100) to V(999999999), to reach it from the Proxmox VE node with
+        C(pct exec). The container must run on the node the task runs on.
+      - Omit it to run the module on the host the task targets (a container through the C(trainops.pct_launch.pct)
+        connection, an C(ssh) host or C(localhost)). O(vmid) and O(pct_path) will be removed in a later release.
     type: int
-    required: true
   session_name:
     description:
       - Name of the tmux session, 1 to 64 characters from C(A-Z), C(a-z), C(0-9), C(_) and C(-).
@@ -119,11 +127,13 @@ options:
   pct_path:
     description:
       - The C(pct) program on the node, a name looked up in C(PATH) and the C(sbin) directories, or a path.
+      - Used only with O(vmid).
     type: str
     default: pct
   timeout:
     description:
       - Seconds the C(pct exec) call may take, in addition to the time stopping may take (twice O(stop_timeout)).
+      - Used only with O(vmid).
     type: int
     default: 120
 attributes:
@@ -199,7 +209,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 vmid:
-  description: The container's VMID.
+  description: The container's VMID given in O(vmid); null without it.
   returned: always
   type: int
   sample: 201
@@ -266,14 +276,20 @@ killed:
   sample: true
 """
 
+import dataclasses
+
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
 from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, detail, run_in_container
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, build_program, parse_output, spec_from_params
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec, SpecError, build_program, parse_output, spec_from_params
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sh import ERROR_STATUS
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import LaunchFailed, failure, result, what_failed
 
 ARGUMENT_SPEC = dict(
-    vmid=dict(type="int", required=True),
+    vmid=dict(type="int"),
     session_name=dict(type="str", required=True),
     command=dict(type="str"),
     argv=dict(type="list", elements="str"),
@@ -292,6 +308,32 @@ ARGUMENT_SPEC = dict(
 )
 
 
+def _on_target(module: AnsibleModule, spec: LaunchSpec) -> dict[str, str]:
+    facts: dict[str, str] = {}
+    try:
+        facts = launch(spec, check_mode=module.check_mode)
+    except JobError as exc:
+        found = dict(exc.facts, error=exc.code, message=str(exc))
+        error: LaunchFailed = failure(spec, ERROR_STATUS.get(exc.code, 1), found, "", str(exc))
+        module.fail_json(msg=str(error), error=error.code, session_name=spec.session_name)
+    return facts
+
+
+def _through_pct(module: AnsibleModule, spec: LaunchSpec) -> dict[str, str]:
+    params = module.params
+    program = build_program(spec, check_mode=module.check_mode)
+    try:
+        rc, out, err = run_in_container(module, spec.vmid, program, pct_path=params["pct_path"],
+                                        timeout=params["timeout"] + 2 * spec.stop_timeout)
+    except PctError as exc:
+        module.fail_json(msg=exc.message(what_failed(spec)), rc=exc.rc, stderr=exc.stderr)
+    facts = parse_output(out)
+    if rc != 0:
+        error: LaunchFailed = failure(spec, rc, facts, err, detail(err))
+        module.fail_json(msg=str(error), rc=rc, error=error.code, stderr=err, vmid=spec.vmid, session_name=spec.session_name)
+    return facts
+
+
 def main() -> None:
     """Run the module."""
     module = AnsibleModule(
@@ -308,16 +350,10 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     if params["timeout"] <= 0:
         module.fail_json(msg=f"Invalid timeout {params['timeout']}: use a positive number of seconds")
-    program = build_program(spec, check_mode=module.check_mode)
-    try:
-        rc, out, err = run_in_container(module, spec.vmid, program, pct_path=params["pct_path"],
-                                        timeout=params["timeout"] + 2 * spec.stop_timeout)
-    except PctError as exc:
-        module.fail_json(msg=exc.message(what_failed(spec)), rc=exc.rc, stderr=exc.stderr)
-    facts = parse_output(out)
-    if rc != 0:
-        error: LaunchFailed = failure(spec, rc, facts, err, detail(err))
-        module.fail_json(msg=str(error), rc=rc, error=error.code, stderr=err, vmid=spec.vmid, session_name=spec.session_name)
+    if spec.vmid is None:
+        facts = _on_target(module, dataclasses.replace(spec, run_root=run_root()))
+    else:
+        facts = _through_pct(module, spec)
     outcome = result(spec, facts, module.check_mode)
     if not module._diff:
         outcome.pop("diff")

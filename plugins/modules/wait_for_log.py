@@ -7,32 +7,35 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: wait_for_log
-short_description: Wait until a job in a Proxmox VE container proves in its log that it started
+short_description: Wait until a job proves in its log that it started, on the target host or in a Proxmox VE container
 version_added: 0.1.0
 author:
   - trainops contributors (!UNKNOWN)
 description:
-  - Waits until the log of a job launched in a tmux session inside a Proxmox VE LXC container
-    (for example by M(trainops.pct_launch.tmux_session)) shows that the job really started,
-    and fails fast with the job's exit status when the job dies first.
-  - Runs on the Proxmox node (the inventory host, or the host given with C(delegate_to)) and reaches the
-    container with C(pct exec VMID -- /bin/sh -s), never with a terminal, the program on standard input.
-  - The waiting loop runs inside the container, so a wait costs one C(pct exec) per chunk of up to 10 seconds,
+  - Waits until the log of a job launched in a tmux session (for example by M(trainops.pct_launch.tmux_session))
+    shows that the job really started, and fails fast with the job's exit status when the job dies first.
+  - Without O(vmid) (recommended) the module runs on the host the task targets, where the log is (a Proxmox VE
+    container reached with the C(trainops.pct_launch.pct) connection, an C(ssh) host or C(localhost)); it needs
+    Python 3.7 or later there, and the patterns are Python regular expressions.
+  - With O(vmid) (the earlier interface, kept for now) it runs on the Proxmox node (the inventory host, or the host
+    given with C(delegate_to)) and reaches the container with C(pct exec VMID -- /bin/sh -s), never with a terminal,
+    the program on standard input.
+  - The waiting loop runs on the target, so a wait costs one module run (one C(pct exec)) per chunk of up to 10 seconds,
     not one per poll. A healthy job whose O(pattern) appears within the first chunk costs exactly one C(pct exec).
     The action plugin runs chunks until the verdict or O(timeout), printing a progress line after each chunk.
   - The log is read incrementally (each byte once) and only whole lines are matched.
     The protocol lines the launch wrapper writes (header and trailer, starting with C(### trainops.pct_launch:)) never match.
   - Verdicts (RV(verdict)) are V(started) (success), V(died) (the session ended, or C(LOG.exit) appeared, before the
     pattern; reported within one poll interval O(sleep) whatever O(timeout) is), V(fail_pattern) and V(timeout).
-  - With python3 in the container the patterns are Python regular expressions. Without it the loop falls back to
-    POSIX sh and C(grep -E) (POSIX extended regular expressions, C(\\d) translated to C([0-9])) and warns.
+  - With O(vmid) and no python3 in the container, the loop falls back to POSIX sh and C(grep -E)
+    (POSIX extended regular expressions, C(\\d) translated to C([0-9])) and warns.
   - Regular expressions are checked on the controller before any C(pct exec) is run.
 options:
   vmid:
     description:
-      - VMID of the container, an integer from V(100) to V(999999999).
+      - VMID of the container, an integer from V(100) to V(999999999), to reach it from the Proxmox VE node with C(pct exec).
+      - Omit it to run the module on the host the task targets. O(vmid) and O(pct_path) will be removed in a later release.
     type: int
-    required: true
   session_name:
     description:
       - Name of the tmux session that runs the job (C(^[A-Za-z0-9_-]{1,64}$)), matched exactly.
@@ -79,7 +82,7 @@ options:
     default: 0
   pct_path:
     description:
-      - Path or name of C(pct) on the Proxmox node.
+      - Path or name of C(pct) on the Proxmox node. Used only with O(vmid).
     type: str
     default: pct
   fleet_id:
@@ -298,10 +301,12 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     check_options,
     message,
     parse_poll_output,
+    poll_parameters,
     program_failure,
     result_from_facts,
     stopped_message,
 )
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import poll
 from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, container_status, run_in_container
 
 STATUS_TRIES = 3
@@ -327,6 +332,9 @@ def main() -> None:
     if errors:
         module.fail_json(msg="; ".join(errors))
     started = time.monotonic()
+    if params["vmid"] is None:
+        facts = poll(poll_parameters(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"]))
+        _finish(module, params, result_from_facts(facts, time.monotonic() - started))
     program = build_poll_program(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"])
     try:
         rc, out, err = run_in_container(module, params["vmid"], program, pct_path=params["pct_path"],
@@ -341,6 +349,11 @@ def main() -> None:
     result = result_from_facts(parse_poll_output(out), time.monotonic() - started)
     if result["engine"] == "sh":
         module.warn(SH_WARNING.format(vmid=params["vmid"]))
+    _finish(module, params, result)
+
+
+def _finish(module: AnsibleModule, params: dict, result: dict) -> None:
+    """Exit with the chunk's verdict: ``started`` succeeds, any other fails (the action plugin decides on timeouts)."""
     if result["verdict"] == "started":
         module.exit_json(changed=False, msg=message(result, params), **result)
     module.fail_json(msg=message(result, params), **result)

@@ -86,8 +86,8 @@ def run_until(chunk: t.Callable[[], dict[str, t.Any]], until: t.Callable[[], boo
 def cut_short_message(args: t.Mapping[str, t.Any], first: t.Mapping[str, t.Any], elapsed: float) -> str:
     """The message of a member whose wait ended because another member of its fleet failed first."""
     status = f", exit status {first['exit_status']}" if first.get("exit_status") is not None else ""
-    return (f"Stopped waiting for {subject(args)} after {elapsed:.1f} s: {first.get('host')} "
-            f"(CT {first.get('vmid')} on {first.get('node')}) of fleet {args['fleet_id']} failed first "
+    place = f" (CT {first.get('vmid')} on {first.get('node')})" if first.get("vmid") is not None else ""
+    return (f"Stopped waiting for {subject(args)} after {elapsed:.1f} s: {first.get('host')}{place} of fleet {args['fleet_id']} failed first "
             f"({first.get('verdict')}{status}): {first.get('msg', '')}; this container's job is not at fault")
 
 

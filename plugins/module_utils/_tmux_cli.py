@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""tmux as the collection runs it on the target, and what a session looks like before a launch.
+
+``Tmux`` runs the server of the user's default socket with a clean environment (``PATH`` and ``HOME``
+only), whatever the module's environment says, so every task of every module meets the same
+server. Sessions are targeted by exact name: ``=NAME`` for session commands, ``=NAME:`` for pane
+and window commands (docs/launch-protocol.md, "Names").
+
+``probe`` reads a session and the files of its last launch and decides its state, the one decision
+running / finished / vanished / absent of the collection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+import shutil
+import subprocess
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_path
+
+RUN_ROOT = "/run/trainops"
+_PROBE_FORMAT = "#{pane_dead}:#{pane_pid}:#{@trainops_spec}:#{?@trainops_proven,1,0}:#{@trainops_started_at}"
+
+
+def run_root() -> str:
+    """``/run/trainops`` for root; for another user a folder of its own (``XDG_RUNTIME_DIR`` or ``/tmp``)."""
+    if os.geteuid() == 0:
+        return RUN_ROOT
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if runtime.startswith("/") and os.path.isdir(runtime):
+        return os.path.join(runtime, "trainops")
+    return f"/tmp/trainops-{os.geteuid()}"
+
+
+def read_text(path: str) -> str | None:
+    """A small file's content (surrogate-escaped), or None."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(1 << 20).decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+
+
+class Tmux:
+    """The tmux program of the target, run with a clean environment."""
+
+    def __init__(self) -> None:
+        self.path = shutil.which("tmux", path=CLEAN_PATH)
+        home = pwd.getpwuid(os.geteuid()).pw_dir or "/"
+        self.env = {"PATH": CLEAN_PATH, "HOME": home}
+
+    @property
+    def installed(self) -> bool:
+        """Whether tmux is there."""
+        return self.path is not None
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        """``tmux -u ARGS``: (rc, stdout, stderr); rc 127 when tmux is missing."""
+        if self.path is None:
+            return 127, "", "tmux is not installed"
+        proc = subprocess.run([self.path, "-u", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=self.env, cwd="/", check=False)
+        return proc.returncode, proc.stdout.decode("utf-8", "surrogateescape"), proc.stderr.decode("utf-8", "surrogateescape")
+
+    def version(self) -> str:
+        """``3.3a`` from ``tmux -V``, or the empty string."""
+        rc, out, _err = self.run("-V")
+        return out.strip().partition(" ")[2] if rc == 0 else ""
+
+    def has_session(self, name: str) -> bool:
+        """Whether a session of exactly this name exists."""
+        return self.run("has-session", "-t", f"={name}")[0] == 0
+
+    def display(self, name: str, fmt: str) -> str | None:
+        """``display-message -p`` of the session's active pane, or None."""
+        rc, out, _err = self.run("display-message", "-p", "-t", f"={name}:", fmt)
+        return out.rstrip("\n") if rc == 0 else None
+
+    def set_option(self, name: str, option: str, value: str) -> bool:
+        """``set-option`` of a user option on the session (a value ending in ';' kept as it is)."""
+        value = value[:-1] + "\\;" if value.endswith(";") else value
+        return self.run("set-option", "-t", f"={name}:", option, value)[0] == 0
+
+    def kill_session(self, name: str) -> None:
+        """``kill-session`` (no error when it is gone)."""
+        self.run("kill-session", "-t", f"={name}")
+
+
+@dataclasses.dataclass
+class Before:
+    """A session and its last launch's files, as a launch finds them."""
+
+    state: str = "absent"
+    running: bool = False
+    dead_pane: bool = False
+    pane_pid: str = ""
+    spec: str = ""
+    started_at: str = ""
+    proven: bool = False
+    log_path: str = ""
+    summary: str | None = None
+
+
+def session_state(running: bool, log_path: str | None, run_dir: str | None) -> str:
+    """running, finished (an exit record), vanished (only the log) or absent."""
+    if running:
+        return "running"
+    if log_path and exit_record_path(log_path, run_dir) is not None:
+        return "finished"
+    if log_path and os.path.lexists(log_path):
+        return "vanished"
+    return "absent"
+
+
+def probe(tmux: Tmux, name: str, run_dir: str, log_path: str | None) -> Before:
+    """What the session ``name`` is now; ``log_path`` (the task's, if any) decides finished/vanished."""
+    before = Before()
+    recorded = read_text(os.path.join(run_dir, "log_path"))
+    if tmux.installed and tmux.has_session(name):
+        fields = (tmux.display(name, _PROBE_FORMAT) or "").split(":", 4)
+        fields += [""] * (5 - len(fields))
+        before.dead_pane = fields[0] == "1"
+        before.running = not before.dead_pane
+        before.pane_pid, before.spec, before.proven, before.started_at = fields[1], fields[2], fields[3] == "1", fields[4]
+        before.log_path = recorded or ""
+        if before.running:
+            before.summary = read_text(os.path.join(run_dir, "spec"))
+    if not before.log_path and not log_path and recorded:
+        before.log_path = recorded
+    before.state = session_state(before.running, log_path or before.log_path, run_dir)
+    return before
+
+
+def facts_of(before: Before) -> dict[str, str]:
+    """The launch facts a probe gives (see ``_tmux_outcome``)."""
+    facts = {"before_log": before.log_path, "before_state": before.state, "before_pane_pid": before.pane_pid,
+             "before_started_at": before.started_at}
+    if before.running:
+        facts["before_proven"] = "1" if before.proven else "0"
+        if before.summary is not None:
+            facts["running_summary"] = before.summary
+    return facts

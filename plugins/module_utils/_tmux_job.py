@@ -1,0 +1,213 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""Start, stop and restart a job in a detached tmux session on the host the module runs on.
+
+``launch(spec, check_mode)`` is ``tmux_session`` on its target: preflight, lock, probe, then the
+action, returning the facts ``_tmux_outcome`` turns into the result (the same keys the in-container
+sh program of the ``vmid`` path prints). It raises ``JobError`` with the protocol's error code.
+The job's parent in the pane is ``_job_parent.py``, copied to ``RUN_DIR/parent.py`` at each start.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import sys
+import time
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log import LogError, chown_to, header, prepare
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import now, read_exit_record, write_whole
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import stop
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target, preflight
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Before, facts_of, probe
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import (
+    LaunchSpec,
+    display_command,
+    job_argv,
+    spec_hash,
+    spec_summary,
+)
+
+LOCK_GRACE = 30
+TICK = 0.1
+START_WAIT = 5.0
+
+
+def _lock(run_dir: str, seconds: float, name: str) -> int:
+    """An exclusive lock of the session's launches (released when the process ends, however it ends)."""
+    old = os.umask(0o077)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        fd = os.open(os.path.join(run_dir, "launch.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise JobError("start_failed", f"cannot create {run_dir}: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise JobError("lock_timeout", f"another launch of session {name} holds {run_dir}/launch.lock") from None
+            time.sleep(TICK)
+
+
+def plan(spec: LaunchSpec, before: Before) -> str:
+    """What a run would do: none, start, stop or restart (check mode). Raises JobError."""
+    if spec.action == "start" and before.running:
+        if before.spec != spec_hash(spec):
+            raise JobError("spec_conflict", f"session {spec.session_name} is running with a different spec", running_spec=before.spec)
+        return "none"
+    if spec.action == "start" and spec.log_mode == "fail_if_exists" and os.path.lexists(spec.log_path or ""):
+        raise JobError("log_exists", f"log file {spec.log_path} already exists")
+    if spec.action == "stop":
+        return "stop" if before.running else "none"
+    if spec.action == "restart":
+        return "restart" if before.running else "start"
+    return "start"
+
+
+def parent_source() -> str:
+    """The text of ``_job_parent.py`` as shipped (from the module's zip, or the file)."""
+    loader = getattr(_job_parent, "__loader__", None)
+    source = loader.get_source(_job_parent.__name__) if loader is not None and hasattr(loader, "get_source") else None
+    if source is None:
+        with open(_job_parent.__file__, encoding="utf-8") as handle:
+            source = handle.read()
+    return source
+
+
+def _write_files(spec: LaunchSpec, started_at: str) -> None:
+    run_dir = spec.run_dir
+    for leftover in ("pgid", "stop_requested", "env", "exit"):
+        try:
+            os.unlink(os.path.join(run_dir, leftover))
+        except FileNotFoundError:
+            pass
+    job = {"session_name": spec.session_name, "log_path": spec.log_path, "argv": job_argv(spec), "chdir": spec.chdir,
+           "venv": spec.venv, "user": spec.user, "started_at": started_at}
+    files = [("parent.py", parent_source()), ("job.json", json.dumps(job, ensure_ascii=False)),
+             ("spec", json.dumps(spec_summary(spec), sort_keys=True, ensure_ascii=True)), ("log_path", spec.log_path or "")]
+    if spec.env:
+        files.append(("env", json.dumps(dict(spec.env), ensure_ascii=False)))
+    for name, text in files:
+        if not write_whole(os.path.join(run_dir, name), text, 0o600):
+            _remove(os.path.join(run_dir, "env"))
+            raise JobError("start_failed", f"cannot write {name} in {run_dir}")
+
+
+def _new_session(spec: LaunchSpec, target: Target, started_at: str) -> str:
+    """Start the pane running the parent; its pane_pid."""
+    command = " ".join(shlex.quote(word) for word in (sys.executable or "python3", "-I", os.path.join(spec.run_dir, "parent.py"), spec.run_dir))
+    rc, _out, err = target.tmux.run("new-session", "-d", "-s", spec.session_name, "-x", "200", "-y", "50", command)
+    if rc != 0:
+        _remove(os.path.join(spec.run_dir, "env"))
+        raise JobError("start_failed", f"tmux new-session failed: {err.strip()}")
+    name = spec.session_name
+    for option, value in (("@trainops_spec", spec_hash(spec)), ("@trainops_started_at", started_at),
+                          ("@trainops_log", spec.log_path or ""), ("@trainops_command", display_command(spec))):
+        target.tmux.set_option(name, option, value)
+    return target.tmux.display(name, "#{pane_pid}") or ""
+
+
+def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
+    """Until the job's group exists or it already ended (at most START_WAIT s)."""
+    pgid_file = os.path.join(spec.run_dir, "pgid")
+    log = spec.log_path or ""
+    deadline = time.monotonic() + START_WAIT
+    while not os.path.exists(pgid_file) and read_exit_record(log, spec.run_dir) is None and time.monotonic() < deadline:
+        time.sleep(TICK)
+    facts = {"state": "running", "job_pgid": (_read(pgid_file) or "").strip()}
+    record = read_exit_record(log, spec.run_dir)
+    if record is not None and not target.tmux.has_session(spec.session_name):
+        facts.update(state="finished", exit_status=record.get("exit_status", ""))
+    return facts
+
+
+def start(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
+    """Rotate the log, write the header and the files, start the session; the start's facts."""
+    if spec.log_mode == "fail_if_exists" and os.path.lexists(spec.log_path or ""):
+        raise JobError("log_exists", f"log file {spec.log_path} already exists")
+    if before.dead_pane:
+        target.tmux.kill_session(spec.session_name)
+    started_at = now()
+    log = spec.log_path or ""
+    try:
+        rotated = prepare(log, spec.log_mode, spec.log_keep, spec.run_dir, header(spec.session_name, started_at, display_command(spec)))
+    except LogError as exc:
+        raise JobError(exc.code, str(exc)) from None
+    chown_to(log, target.ids)
+    _write_files(spec, started_at)
+    pane_pid = _new_session(spec, target, started_at)
+    facts = {"result": "started", "rotated_log": rotated or "", "started_at": started_at, "pane_pid": pane_pid}
+    facts.update(_wait_started(spec, target))
+    return facts
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _act(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
+    if spec.action == "start" and before.running:
+        plan(spec, before)  # raises on another spec
+        return {"result": "unchanged", "pane_pid": before.pane_pid, "started_at": before.started_at,
+                "proven": "1" if before.proven else "0", "state": "running"}
+    if spec.action == "stop":
+        if before.running:
+            return dict(stop(spec, target, before), result="stopped")
+        if before.dead_pane:
+            target.tmux.kill_session(spec.session_name)
+        facts = {"result": "unchanged"}
+        record = read_exit_record(spec.log_path or before.log_path, spec.run_dir) if before.state == "finished" else None
+        if record is not None:
+            facts["exit_status"] = record.get("exit_status", "")
+        return facts
+    facts: dict[str, str] = {}
+    if spec.action == "restart" and before.running:
+        facts.update(stop(spec, target, before))
+    facts.update(start(spec, target, before))
+    return facts
+
+
+def launch(spec: LaunchSpec, check_mode: bool = False) -> dict[str, str]:
+    """Run ``tmux_session`` on this host; its facts. Raises JobError (with ``facts`` gathered so far)."""
+    target = Target(spec)
+    facts: dict[str, str] = {}
+    try:
+        facts.update(preflight(spec, target))
+        before = probe(target.tmux, spec.session_name, spec.run_dir, spec.log_path)
+        facts.update(facts_of(before))
+        if check_mode:
+            facts["would"] = plan(spec, before)
+            return facts
+        if spec.action == "stop" and not target.tmux.installed:
+            facts["result"] = "unchanged"
+            return facts
+        lock = _lock(spec.run_dir, spec.stop_timeout + LOCK_GRACE, spec.session_name)
+        try:
+            before = probe(target.tmux, spec.session_name, spec.run_dir, spec.log_path)
+            facts.update(facts_of(before))
+            facts.update(_act(spec, target, before))
+        finally:
+            os.close(lock)
+    except JobError as exc:
+        exc.facts = dict(facts, **exc.facts)
+        raise
+    return facts
