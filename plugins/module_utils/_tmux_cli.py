@@ -18,6 +18,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_path
 
@@ -45,7 +46,12 @@ def read_text(path: str) -> str | None:
 
 
 class Tmux:
-    """The tmux program of the target, run with a clean environment."""
+    """The tmux program of the target, run with a clean environment.
+
+    ``socket_name`` (``tmux -L``) is None, the default socket, except in tests that want a server of their own.
+    """
+
+    socket_name: t.Optional[str] = None
 
     def __init__(self) -> None:
         self.path = shutil.which("tmux", path=CLEAN_PATH)
@@ -61,7 +67,8 @@ class Tmux:
         """``tmux -u ARGS``: (rc, stdout, stderr); rc 127 when tmux is missing."""
         if self.path is None:
             return 127, "", "tmux is not installed"
-        proc = subprocess.run([self.path, "-u", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        socket = ["-L", self.socket_name] if self.socket_name else []
+        proc = subprocess.run([self.path, *socket, "-u", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=self.env, cwd="/", check=False)
         return proc.returncode, proc.stdout.decode("utf-8", "surrogateescape"), proc.stderr.decode("utf-8", "surrogateescape")
 
@@ -75,8 +82,12 @@ class Tmux:
         return self.run("has-session", "-t", f"={name}")[0] == 0
 
     def display(self, name: str, fmt: str) -> str | None:
-        """``display-message -p`` of the session's active pane, or None."""
-        rc, out, _err = self.run("display-message", "-p", "-t", f"={name}:", fmt)
+        """``display-message -p`` of the active pane of the session named exactly ``name``, or None."""
+        return self.display_target(f"={name}:", fmt)
+
+    def display_target(self, target: str, fmt: str) -> str | None:
+        """``display-message -p -t TARGET``, or None."""
+        rc, out, _err = self.run("display-message", "-p", "-t", target, fmt)
         return out.rstrip("\n") if rc == 0 else None
 
     def set_option(self, name: str, option: str, value: str) -> bool:

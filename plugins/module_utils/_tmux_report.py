@@ -25,7 +25,7 @@ MAX_LINE_BYTES = 4000
 MAX_LINES = 10000
 
 INFO_ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
-    "vmid": {"type": "int", "required": True},
+    "vmid": {"type": "int"},
     "session_name": {"type": "str"},
     "log_path": {"type": "str"},
     "lines": {"type": "int", "default": 20},
@@ -159,7 +159,7 @@ def vmid_errors(vmid: int) -> list[str]:
 
 def check_info_options(params: t.Mapping[str, t.Any]) -> list[str]:
     """Problems with the options of ``tmux_session_info``, each ``Cannot use option X ...: cause``."""
-    errors = vmid_errors(params["vmid"])
+    errors = vmid_errors(params["vmid"]) if params.get("vmid") is not None else []
     name = params.get("session_name")
     if name is not None and not SESSION_NAME_RE.match(name):
         errors.append(f"Cannot use option session_name {name!r}: a session name is 1 to 64 of A-Z a-z 0-9 _ -")

@@ -40,14 +40,9 @@ description:
     exactly one job starts.
   - O(chdir), O(venv) and O(log_path) are paths inside the container, taken literally (no C(~) or C($VAR) expansion on the node).
   - See C(docs/launch-protocol.md) in the collection for the files it writes and the tmux options it sets.
+extends_documentation_fragment:
+  - trainops.pct_launch.pct_exec
 options:
-  vmid:
-    description:
-      - VMID of the container, an integer from V(100) to V(999999999), to reach it from the Proxmox VE node with
-        C(pct exec). The container must run on the node the task runs on.
-      - Omit it to run the module on the host the task targets (a container through the C(trainops.pct_launch.pct)
-        connection, an C(ssh) host or C(localhost)). O(vmid) and O(pct_path) will be removed in a later release.
-    type: int
   session_name:
     description:
       - Name of the tmux session, 1 to 64 characters from C(A-Z), C(a-z), C(0-9), C(_) and C(-).
@@ -124,12 +119,6 @@ options:
       - Seconds to wait after O(stop_signal) before sending C(SIGKILL).
     type: int
     default: 30
-  pct_path:
-    description:
-      - The C(pct) program on the node, a name looked up in C(PATH) and the C(sbin) directories, or a path.
-      - Used only with O(vmid).
-    type: str
-    default: pct
   timeout:
     description:
       - Seconds the C(pct exec) call may take, in addition to the time stopping may take (twice O(stop_timeout)).

@@ -7,26 +7,25 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: tmux_session_info
-short_description: Report the tmux sessions of a Proxmox VE container and the state of their jobs
+short_description: Report the tmux sessions of the target host or of a Proxmox VE container, and the state of their jobs
 version_added: 0.1.0
 author:
   - trainops contributors (!UNKNOWN)
 description:
-  - Reports the tmux sessions in a Proxmox VE LXC container, the ones launched by M(trainops.pct_launch.tmux_session)
-    and any other tmux session, or one session (O(session_name)).
+  - Reports the tmux sessions of the host the task targets (without O(vmid)) or of Proxmox VE LXC container O(vmid),
+    the ones launched by M(trainops.pct_launch.tmux_session) and any other tmux session, or one session (O(session_name)).
+  - Without O(vmid) (recommended) the module runs on its target like any module (a container through the
+    C(trainops.pct_launch.pct) connection, an C(ssh) host, C(localhost)) and needs Python 3.7 or later there.
   - Each session has a RV(sessions[].state) as docs/launch-protocol.md of the collection defines it, its pane process,
     command, start time, exit status and end time when it finished, and the last O(lines) lines of its log.
   - Sessions of M(trainops.pct_launch.tmux_session) that are no longer in tmux are found through
     C(/run/trainops/NAME/log_path) in the container (gone after a container restart), or with O(session_name) and O(log_path).
-  - Runs on the Proxmox node and makes exactly one C(pct exec VMID -- /bin/sh -s) per call, never with a terminal.
-    Needs only a POSIX sh, C(awk) and C(tail) in the container.
+  - With O(vmid) (the earlier interface, kept for now) it runs on the Proxmox node and makes exactly one
+    C(pct exec VMID -- /bin/sh -s) per call, never with a terminal; it needs only a POSIX sh, C(awk) and C(tail) in the container.
   - When tmux is not installed in the container or no tmux server runs, the result lists no running session; this is not an error.
+extends_documentation_fragment:
+  - trainops.pct_launch.pct_exec
 options:
-  vmid:
-    description:
-      - VMID of the container, an integer from V(100) to V(999999999).
-    type: int
-    required: true
   session_name:
     description:
       - Report only this session (C(^[A-Za-z0-9_-]{1,64}$)), matched exactly.
@@ -42,11 +41,6 @@ options:
       - How many last lines of each log to return in RV(sessions[].log_tail).
     type: int
     default: 20
-  pct_path:
-    description:
-      - Path or name of C(pct) on the Proxmox node.
-    type: str
-    default: pct
 attributes:
   check_mode:
     description: Can run in check mode; the module only reads, so it reports in check mode too.
@@ -162,8 +156,10 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_report i
     INFO_ARGUMENT_SPEC,
     build_info_program,
     check_info_options,
+    session_entry,
     sessions_from_output,
 )
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import report
 
 PCT_TIMEOUT = 120
 
@@ -175,6 +171,9 @@ def main() -> None:
     errors = check_info_options(params)
     if errors:
         module.fail_json(msg="; ".join(errors))
+    if params["vmid"] is None:
+        tmux, facts = report(params["session_name"], params["log_path"], params["lines"])
+        _finish(module, tmux, [session_entry(one) for one in facts])
     what = f"Cannot report tmux session {params['session_name']} in" if params["session_name"] else "Cannot report the tmux sessions of"
     program = build_info_program(params["session_name"], params["log_path"], params["lines"])
     try:
@@ -185,8 +184,12 @@ def main() -> None:
     if rc != 0 or not complete:
         cause = detail(err) or "no error output"
         module.fail_json(msg=f"{what} container {params['vmid']}: the report program failed (exit status {rc}): {cause}", rc=rc, stdout=out, stderr=err)
+    _finish(module, tmux, sessions)
+
+
+def _finish(module: AnsibleModule, tmux: str, sessions: list) -> None:
     result = {"changed": False, "tmux": tmux, "sessions": sessions}
-    if params["session_name"]:
+    if module.params["session_name"]:
         result["session"] = sessions[0] if sessions else None
     module.exit_json(**result)
 

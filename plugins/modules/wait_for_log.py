@@ -30,12 +30,9 @@ description:
   - With O(vmid) and no python3 in the container, the loop falls back to POSIX sh and C(grep -E)
     (POSIX extended regular expressions, C(\\d) translated to C([0-9])) and warns.
   - Regular expressions are checked on the controller before any C(pct exec) is run.
+extends_documentation_fragment:
+  - trainops.pct_launch.pct_exec
 options:
-  vmid:
-    description:
-      - VMID of the container, an integer from V(100) to V(999999999), to reach it from the Proxmox VE node with C(pct exec).
-      - Omit it to run the module on the host the task targets. O(vmid) and O(pct_path) will be removed in a later release.
-    type: int
   session_name:
     description:
       - Name of the tmux session that runs the job (C(^[A-Za-z0-9_-]{1,64}$)), matched exactly.
@@ -80,11 +77,6 @@ options:
       - The action plugin passes it from one chunk to the next; set it yourself only to skip older content of an appended log.
     type: int
     default: 0
-  pct_path:
-    description:
-      - Path or name of C(pct) on the Proxmox node. Used only with O(vmid).
-    type: str
-    default: pct
   fleet_id:
     description:
       - Makes this wait one member of a fleet-wide wait. The waits of every container given the same O(fleet_id) in one

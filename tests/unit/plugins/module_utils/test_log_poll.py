@@ -1,0 +1,319 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""``_log_poll.poll``: one chunk of ``wait_for_log`` on this host, against logs the tests write.
+
+Most cases need no job: the test writes the log (and ``LOG.exit``) itself. Session cases start a real
+tmux session on a private server (``Tmux.socket_name``, killed at teardown) and set ``@trainops_log``
+as ``tmux_session`` does; the run root is the test's temp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import threading
+import time
+import typing as t
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_poll, _tmux_cli
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import poll_parameters, result_from_facts
+
+HEADER = b"### trainops.pct_launch: session=train started_at=2025-01-01T00:00:00Z host=h command=python train.py READY ERROR\n"
+TRAILER = b"### trainops.pct_launch: session=train exit_status=0 ended_at=2025-01-01T00:00:09Z READY\n"
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+needs_tmux = pytest.mark.skipif(shutil.which("tmux", path=CLEAN_PATH) is None, reason="needs tmux")
+
+
+class Watch:
+    """The test's log folder, run root and tmux server, and one poll chunk."""
+
+    def __init__(self, tmp_path: Path, socket: str) -> None:
+        self.tmp_path = tmp_path
+        self.socket = socket
+        self.run_root = tmp_path / "run"
+        self.log = tmp_path / "train.log"
+
+    def write(self, data: bytes, path: Path | None = None) -> Path:
+        target = path or self.log
+        target.write_bytes(data)
+        return target
+
+    def append(self, data: bytes) -> None:
+        with open(self.log, "ab") as handle:
+            handle.write(data)
+
+    def poll(self, duration: float = 0.5, offset: int = 0, log_path: str | None | bool = True, **options: t.Any) -> dict[str, t.Any]:
+        """One chunk; ``log_path`` True is the test's log, None or a path as given."""
+        params: dict[str, t.Any] = {"session_name": None, "pattern": None, "fail_pattern": None, "sleep": 0.1,
+                                    "tail_lines": 5, "record_proof": True}
+        params["log_path"] = str(self.log) if log_path is True else log_path
+        params.update(options)
+        return _log_poll.poll(poll_parameters(params, duration, offset))
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        # the environment Tmux gives tmux, so that both reach the same server whatever TMUX_TMPDIR says here
+        env = {"PATH": CLEAN_PATH, "HOME": pwd.getpwuid(os.geteuid()).pw_dir or "/"}
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=env, check=False)
+
+    def session(self, command: str = "sleep 30", log: Path | None = None) -> str:
+        """A live session running ``command`` with ``@trainops_log`` set, as ``tmux_session`` leaves one."""
+        name = f"ut-{uuid.uuid4().hex[:10]}"
+        assert self.tmux("new-session", "-d", "-s", name, command).returncode == 0
+        assert self.tmux("set-option", "-t", f"={name}:", "@trainops_log", str(log or self.log)).returncode == 0
+        return name
+
+    def option(self, name: str, option: str) -> str:
+        return self.tmux("show-options", "-v", "-t", f"={name}:", option).stdout.rstrip("\n")
+
+
+@pytest.fixture()
+def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[Watch]:
+    socket = f"trainops-ut-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setattr(_tmux_cli.Tmux, "socket_name", socket)
+    monkeypatch.setattr(_log_poll, "run_root", lambda: str(tmp_path / "run"))
+    box = Watch(tmp_path, socket)
+    try:
+        yield box
+    finally:
+        box.tmux("kill-server")
+
+
+def _elapsed(facts: dict[str, t.Any]) -> float:
+    return float(facts["chunk_elapsed"])
+
+
+def test_a_pattern_matches_only_whole_lines(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\nREADY, almost")
+    facts = watch.poll(pattern="READY")
+    assert facts["verdict"] == "pending", facts
+    assert int(facts["offset"]) == len(HEADER + b"loading\n"), "the partial line is read again next time"
+    assert "matched_line" not in facts
+    watch.append(b" done\n")
+    facts = watch.poll(pattern="READY", offset=int(facts["offset"]))
+    assert facts["verdict"] == "started" and facts["matched_line"] == "READY, almost done", facts
+    assert int(facts["offset"]) == watch.log.stat().st_size
+
+
+def test_a_line_completed_during_the_chunk_matches(watch: Watch) -> None:
+    watch.write(HEADER + b"READY")
+    timer = threading.Timer(0.3, watch.append, args=(b"\n",))
+    timer.start()
+    try:
+        facts = watch.poll(duration=5, pattern="^READY$")
+    finally:
+        timer.cancel()
+    assert facts["verdict"] == "started" and facts["matched_line"] == "READY"
+    assert 0.25 <= _elapsed(facts) < 2
+
+
+def test_protocol_lines_never_match(watch: Watch) -> None:
+    watch.write(HEADER + TRAILER)
+    for pattern in ("READY", None, "trainops"):
+        facts = watch.poll(duration=0.3, pattern=pattern, fail_pattern="ERROR")
+        assert facts["verdict"] == "pending", (pattern, facts)
+    watch.append(b" ### trainops.pct_launch: not at the start, READY\n")
+    facts = watch.poll(duration=0.3, pattern="READY")
+    assert facts["verdict"] == "started" and facts["matched_line"] == " ### trainops.pct_launch: not at the start, READY"
+
+
+@pytest.mark.parametrize("lines, verdict, matched", [
+    (b"READY but ERROR\n", "fail_pattern", "READY but ERROR"),
+    (b"READY\nERROR\n", "started", "READY"),
+    (b"ERROR\nREADY\n", "fail_pattern", "ERROR"),
+    (b"noise\r\nERROR: out of memory\r\n", "fail_pattern", "ERROR: out of memory"),
+])
+def test_fail_pattern_wins_on_its_line_and_earlier_lines_win(watch: Watch, lines: bytes, verdict: str, matched: str) -> None:
+    watch.write(HEADER + lines)
+    facts = watch.poll(pattern="READY", fail_pattern="ERROR")
+    assert facts["verdict"] == verdict and facts["matched_line"] == matched, facts
+    result = result_from_facts(facts, 0.1)
+    assert result["verdict"] == verdict and result["matched_line"] == matched
+
+
+def test_without_a_pattern_the_first_output_line_after_the_header_is_started(watch: Watch) -> None:
+    watch.write(HEADER)
+    assert watch.poll(duration=0.3)["verdict"] == "pending", "the header is no output of the job"
+    watch.append(b"Epoch 1/10\nEpoch 2/10\n")
+    facts = watch.poll()
+    assert facts["verdict"] == "started" and facts["matched_line"] == "Epoch 1/10", facts
+    assert _elapsed(facts) < 0.4, "a verdict ends the chunk at once"
+
+
+def test_an_exit_record_is_died_with_the_record(watch: Watch) -> None:
+    watch.write(HEADER + b"Traceback (most recent call last):\n" + TRAILER)
+    watch.write(exit_record_text("train", 3, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z").encode(), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, pattern="READY")
+    assert facts["verdict"] == "died" and facts["exit"]["exit_status"] == "3", facts
+    assert _elapsed(facts) < 1, "an exit record ends the chunk at once"
+    result = result_from_facts(facts, _elapsed(facts))
+    assert result["exit_status"] == 3 and result["session_state"] == "finished" and result["ended_at"] == "2025-01-01T00:00:09Z"
+    assert result["log_tail"][-1].startswith("### trainops.pct_launch: session=train exit_status=0")
+
+
+def test_a_match_before_the_exit_is_still_started(watch: Watch) -> None:
+    watch.write(HEADER + b"READY\n" + TRAILER)
+    watch.write(exit_record_text("train", 0, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z").encode(), Path(f"{watch.log}.exit"))
+    facts = watch.poll(pattern="READY")
+    assert facts["verdict"] == "started" and facts["matched_line"] == "READY"
+
+
+def test_pending_when_the_chunk_is_over(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    started = time.monotonic()
+    facts = watch.poll(duration=0.5, pattern="READY", tail_lines=1)
+    assert facts["verdict"] == "pending", facts
+    assert 0.5 <= time.monotonic() - started < 1.5 and 0.5 <= _elapsed(facts) < 1.5
+    assert facts["tail"] == ["loading"] and facts["log_size"] == str(watch.log.stat().st_size)
+    result = result_from_facts(facts, _elapsed(facts))
+    assert result["verdict"] == "timeout" and result["log_exists"] is True and result["process_tree"] == []
+
+
+def test_the_offset_resumes_without_reading_again(watch: Watch) -> None:
+    first = HEADER + b"warmup\nREADY 1\nafter\n"
+    watch.write(first)
+    facts = watch.poll(pattern="READY")
+    assert facts["verdict"] == "started" and facts["matched_line"] == "READY 1"
+    offset = int(facts["offset"])
+    assert offset == len(first), "the offset is after the last whole line read"
+    facts = watch.poll(duration=0.3, pattern="READY", offset=offset)
+    assert facts["verdict"] == "pending" and int(facts["offset"]) == offset, "READY 1 is not read again"
+    watch.append(b"READY 2\n")
+    facts = watch.poll(pattern="READY", offset=offset)
+    assert facts["verdict"] == "started" and facts["matched_line"] == "READY 2"
+    assert int(facts["offset"]) == len(first) + len(b"READY 2\n")
+
+
+def test_an_offset_skips_older_content(watch: Watch) -> None:
+    old = HEADER + b"READY from an earlier run\n"
+    watch.write(old + HEADER + b"loading\n")
+    facts = watch.poll(duration=0.3, pattern="READY", offset=len(old))
+    assert facts["verdict"] == "pending" and int(facts["offset"]) == watch.log.stat().st_size
+
+
+def test_a_truncated_log_is_read_from_the_start(watch: Watch) -> None:
+    watch.write(HEADER + b"READY\n")
+    facts = watch.poll(pattern="READY", offset=100000)
+    assert facts["verdict"] == "started" and facts["matched_line"] == "READY", facts
+    assert int(facts["offset"]) == len(HEADER + b"READY\n")
+
+
+def test_a_missing_log_is_pending_until_it_appears(watch: Watch) -> None:
+    facts = watch.poll(duration=0.3, pattern="READY")
+    assert facts["verdict"] == "pending" and facts["log_exists"] == "0" and "log_size" not in facts
+    assert result_from_facts(facts, 0.3)["log_exists"] is False
+
+
+def test_a_session_that_is_gone_is_died(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    facts = watch.poll(duration=5, pattern="READY", session_name="ut-no-such-session")
+    assert facts["verdict"] == "died" and facts["session"] in ("absent", "tmux_missing"), facts
+    assert _elapsed(facts) < 1
+    result = result_from_facts(facts, _elapsed(facts))
+    assert result["session_alive"] is False and result["exit_status"] is None
+
+
+def test_a_gone_session_finds_its_log_and_record_in_its_run_dir(watch: Watch) -> None:
+    run_dir = watch.run_root / "train"
+    run_dir.mkdir(parents=True)
+    (run_dir / "log_path").write_text(str(watch.log), encoding="utf-8")
+    watch.write(HEADER + b"loading\n" + TRAILER)
+    (run_dir / "exit").write_text(exit_record_text("train", 137, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z", "TERM"))
+    Path(f"{watch.log}.exit").write_bytes(b"")  # as a full file system leaves it
+    facts = watch.poll(duration=5, pattern="READY", session_name="train", log_path=None)
+    assert facts["verdict"] == "died" and facts["log_path"] == str(watch.log), facts
+    assert facts["exit"]["exit_status"] == "137" and facts["exit"]["stopped_by"] == "trainops"
+    result = result_from_facts(facts, _elapsed(facts))
+    assert result["session_state"] == "finished" and result["stopped_by"] == "trainops"
+
+
+def test_no_log_at_all_is_died(watch: Watch) -> None:
+    facts = watch.poll(duration=5, log_path=None, session_name="ut-nothing")
+    assert facts["verdict"] == "died" and facts["log_path"] == "" and facts["tail"] == []
+    assert _elapsed(facts) < 1
+
+
+@needs_tmux
+def test_a_live_session_reads_its_log_from_trainops_log(watch: Watch) -> None:
+    name = watch.session()
+    watch.write(HEADER + b"READY\n")
+    facts = watch.poll(pattern="READY", session_name=name, log_path=None, record_proof=False)
+    assert facts["verdict"] == "started" and facts["session"] == "alive" and facts["log_path"] == str(watch.log), facts
+    pane = watch.tmux("display-message", "-p", "-t", f"={name}:", "#{pane_pid}").stdout.strip()
+    assert facts["pane_pid"] == pane
+    assert result_from_facts(facts, 0.1)["session_state"] == "running"
+
+
+@needs_tmux
+def test_record_proof_marks_a_live_session_and_check_mode_does_not(watch: Watch) -> None:
+    watch.write(HEADER + b"READY\n")
+    name = watch.session()
+    facts = watch.poll(pattern="READY", session_name=name, record_proof=False)
+    assert facts["verdict"] == "started" and "proof_recorded" not in facts, facts
+    assert watch.option(name, "@trainops_proven") == "", "check mode writes nothing"
+    facts = watch.poll(pattern="READY", session_name=name, record_proof=True)
+    assert facts["verdict"] == "started" and facts["proof_recorded"] == "1", facts
+    assert STAMP.fullmatch(watch.option(name, "@trainops_proven")), watch.option(name, "@trainops_proven")
+    assert result_from_facts(facts, 0.1)["proof_recorded"] is True
+
+
+@needs_tmux
+def test_record_proof_needs_the_match(watch: Watch) -> None:
+    watch.write(HEADER + b"ERROR\n")
+    name = watch.session()
+    facts = watch.poll(pattern="READY", fail_pattern="ERROR", session_name=name, record_proof=True)
+    assert facts["verdict"] == "fail_pattern" and "proof_recorded" not in facts
+    assert watch.option(name, "@trainops_proven") == ""
+
+
+@needs_tmux
+def test_pending_on_a_live_session_shows_its_process_tree(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    name = watch.session("sh -c 'sleep 31; true'")
+    facts = watch.poll(duration=0.5, pattern="READY", session_name=name)
+    assert facts["verdict"] == "pending" and facts["session"] == "alive", facts
+    assert facts["ps"][0] == "    PID    PPID STAT     TIME   RSS_KB COMMAND"
+    rows = [line.split(None, 5) for line in facts["ps"][1:]]
+    assert rows[0][0] == facts["pane_pid"] and rows[0][5].startswith("sh -c")
+    assert any(row[5].strip() == "sleep 31" and row[1] == facts["pane_pid"] for row in rows), facts["ps"]
+    assert "proof_recorded" not in facts and watch.option(name, "@trainops_proven") == ""
+    result = result_from_facts(facts, _elapsed(facts))
+    assert result["verdict"] == "timeout" and result["session_alive"] is True and result["process_tree"] == facts["ps"]
+
+
+@needs_tmux
+def test_a_session_that_ends_during_the_chunk_is_died(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    name = watch.session()
+    timer = threading.Timer(0.3, watch.tmux, args=("kill-session", "-t", f"={name}"))
+    timer.start()
+    try:
+        facts = watch.poll(duration=5, pattern="READY", session_name=name)
+    finally:
+        timer.cancel()
+    assert facts["verdict"] == "died", facts
+    assert _elapsed(facts) < 2
+    assert result_from_facts(facts, _elapsed(facts))["session_alive"] is False
+
+
+@needs_tmux
+def test_a_dead_pane_is_died(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    keeper = watch.session()
+    assert watch.tmux("set-option", "-g", "remain-on-exit", "on").returncode == 0
+    name = watch.session("true")
+    deadline = time.monotonic() + 5
+    while watch.tmux("display-message", "-p", "-t", f"={name}:", "#{pane_dead}").stdout.strip() != "1":
+        assert time.monotonic() < deadline, "the pane did not die"
+        time.sleep(0.05)
+    facts = watch.poll(duration=5, pattern="READY", session_name=name)
+    assert facts["verdict"] == "died" and facts["session"] == "ended" and "pane_pid" not in facts, facts
+    assert _elapsed(facts) < 1
+    assert watch.tmux("has-session", "-t", f"={keeper}").returncode == 0
