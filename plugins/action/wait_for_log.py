@@ -43,6 +43,8 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_wait im
 
 display = Display()
 
+# Options the action plugin adds or reads for itself; the module never sees them.
+CONTROLLER_ONLY = ("fleet_id", "host", "pct_vmid")
 # Chunks shorter than this are not started; the deadline is as good as reached.
 MIN_CHUNK = 0.2
 
@@ -89,23 +91,29 @@ class ActionModule(ActionBase):
             return result
         task_vars = task_vars or {}
         host = str(task_vars.get("inventory_hostname", "localhost"))
-        if args.get("vmid") is None:
-            args = dict(args, host=host)  # for the messages: the module runs on this host
+        if args.get("vmid") is None:  # for the messages: the module runs on this host, a container if it has pct_vmid
+            args = dict(args, host=host, pct_vmid=task_vars.get("pct_vmid"))
         if args.get("fleet_id") is None:
             result.update(self._wait(args, task_vars, host, None))
             return result
-        with FleetMember(args["fleet_id"], host, args["vmid"], self._node(host)) as member:
+        vmid = args["vmid"] if args.get("vmid") is not None else args.get("pct_vmid")
+        with FleetMember(args["fleet_id"], host, vmid, self._node(host, task_vars)) as member:
             result.update(self._wait(args, task_vars, host, member))
         return result
 
     def _chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int) -> dict[str, t.Any]:
-        module_args = {key: value for key, value in args.items() if key not in ("fleet_id", "host")}
+        module_args = {key: value for key, value in args.items() if key not in CONTROLLER_ONLY}
         module_args.update(timeout=round(seconds, 3), offset=offset)
         return self._execute_module(module_name=MODULE_NAME, module_args=module_args, task_vars=task_vars)
 
-    def _node(self, host: str) -> str:
+    def _node(self, host: str, task_vars: t.Mapping[str, t.Any]) -> str:
+        """Where the chunks go: the delegate, a container's node (pct_node, else the controller), or the host."""
         delegate = self._task.delegate_to
-        return delegate if isinstance(delegate, str) and delegate else host
+        if isinstance(delegate, str) and delegate:
+            return delegate
+        if task_vars.get("pct_vmid") is not None:
+            return str(task_vars.get("pct_node") or "localhost")
+        return host
 
     def _one_chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int,
                    member: FleetMember | None) -> tuple[dict[str, t.Any] | None, dict[str, t.Any] | None, int]:
@@ -130,7 +138,7 @@ class ActionModule(ActionBase):
             try:
                 res, peer, ran = self._one_chunk(args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, member)
             except AnsibleConnectionFailure as exc:  # the node went away: say which, and what it means for the job
-                msg = unreachable_message(self._node(host), args, time.monotonic() - started, exc)
+                msg = unreachable_message(self._node(host, task_vars), args, time.monotonic() - started, exc)
                 if member is not None:
                     member.post({"verdict": "unreachable", "msg": msg})
                 raise AnsibleConnectionFailure(msg) from None

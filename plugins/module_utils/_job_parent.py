@@ -140,7 +140,7 @@ def _read_env(run_dir: str) -> dict[str, str]:
 
 def job_environment(job: t.Mapping[str, t.Any], home: str, env: t.Mapping[str, str]) -> dict[str, str]:
     """A clean environment: PATH, HOME, USER, LOGNAME, LANG, then the job's env, then its venv."""
-    user = job.get("user") or "root"
+    user = job.get("user") or pwd.getpwuid(os.getuid()).pw_name
     environ = {"PATH": CLEAN_PATH, "HOME": home, "USER": user, "LOGNAME": user, "LANG": "C.UTF-8"}
     environ.update(env)
     venv = job.get("venv")
@@ -183,6 +183,9 @@ def start_job(job: t.Mapping[str, t.Any], run_dir: str, log: t.BinaryIO) -> subp
             return CANNOT_RUN
         _log_line(log, f"trainops.pct_launch: cannot run {job['argv'][0]}: {exc.strerror or exc}")
         return NOT_FOUND if exc.errno == errno.ENOENT else CANNOT_RUN
+    except subprocess.SubprocessError as exc:  # the switch to the job's user failed (in preexec_fn)
+        _log_line(log, f"trainops.pct_launch: cannot run the job as user {job.get('user')}: {exc}")
+        return CANNOT_RUN
 
 
 def forward_signals(children: list[int]) -> None:

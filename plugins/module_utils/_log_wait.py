@@ -573,9 +573,10 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
 
 
 def where(params: t.Mapping[str, t.Any]) -> str:
-    """`` in container VMID`` (the ``vmid`` path), `` on HOST`` (the action plugin names the inventory host) or nothing."""
-    if params.get("vmid") is not None:
-        return f" in container {params['vmid']}"
+    """`` in container VMID`` (``vmid``, or the host's ``pct_vmid`` the action plugin adds), `` on HOST`` or nothing."""
+    vmid = params["vmid"] if params.get("vmid") is not None else params.get("pct_vmid")
+    if vmid is not None:
+        return f" in container {vmid}"
     return f" on {params['host']}" if params.get("host") else ""
 
 

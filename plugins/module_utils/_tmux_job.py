@@ -79,7 +79,8 @@ def parent_source() -> str:
     if source is None:
         with open(_job_parent.__file__, encoding="utf-8") as handle:
             source = handle.read()
-    return source
+    # Ansible's collection loader (ansible-test units) returns bytes; zipimport (AnsiballZ) and files, text
+    return source.decode("utf-8") if isinstance(source, bytes) else source
 
 
 def _write_files(spec: LaunchSpec, started_at: str) -> None:
@@ -116,7 +117,7 @@ def _new_session(spec: LaunchSpec, target: Target, started_at: str) -> str:
 
 
 def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
-    """Until the job's group exists or it already ended (at most START_WAIT s)."""
+    """Until the job's group exists or it already ended (at most START_WAIT s); ended: its pane is dead or gone."""
     pgid_file = os.path.join(spec.run_dir, "pgid")
     log = spec.log_path or ""
     deadline = time.monotonic() + START_WAIT
@@ -124,7 +125,7 @@ def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
         time.sleep(TICK)
     facts = {"state": "running", "job_pgid": (_read(pgid_file) or "").strip()}
     record = read_exit_record(log, spec.run_dir)
-    if record is not None and not target.tmux.has_session(spec.session_name):
+    if record is not None and target.tmux.display(spec.session_name, "#{pane_dead}") in (None, "1"):
         facts.update(state="finished", exit_status=record.get("exit_status", ""))
     return facts
 

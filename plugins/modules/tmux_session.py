@@ -69,6 +69,11 @@ options:
       - Environment variables for the job. Values are passed byte-exact and never appear on a process list,
         in the log header or in the task result; quote numbers and booleans in YAML.
       - Names must be shell variable names and must not start with C(TRAINOPS_).
+      - Without O(vmid) the task must be pipelined (the C(trainops.pct_launch.pct) connection pipelines by default;
+        elsewhere set C(ansible_pipelining=true)), because without pipelining Ansible writes the module with its arguments
+        to a file on the target first, so the action plugin refuses O(env) there and starts nothing.
+      - On the target the values are written only to C(RUN_DIR/env) (mode 0600, in C(/run), a tmpfs on most systems),
+        which the job's parent deletes before the job starts.
     type: dict
   venv:
     description:
@@ -126,6 +131,11 @@ options:
     type: int
     default: 120
 attributes:
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+    details:
+      - The action plugin only refuses O(env) when the task is not pipelined, then runs the module.
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: full

@@ -8,6 +8,7 @@ The callback (tests/integration/files/playbooks/callback_plugins/trainops_result
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import typing as t
@@ -34,3 +35,21 @@ def results_by_host(results: t.Mapping[str, t.Any], name: str) -> dict[str, dict
             if task["name"] == name:
                 found.update(task["hosts"])
     return found
+
+
+def exec_calls(stdout: str, host: str) -> dict[str, int]:
+    """``EXEC`` lines of ``host`` per task (or handler) name in the screen output of a ``-vvv`` run.
+
+    With the pct connection and pipelining each is one ``pct exec``: the pct calls of a module task.
+    The linear strategy prints a task's header before any of its output, so the lines between two
+    headers belong to the first.
+    """
+    counts: dict[str, int] = {}
+    task = ""
+    for line in stdout.splitlines():
+        header = re.match(r"^(?:TASK|RUNNING HANDLER) \[(?:[^\]]* : )?(.*)\] \**$", line)
+        if header:
+            task = header.group(1)
+        elif line.startswith(f"<{host}> EXEC "):
+            counts[task] = counts.get(task, 0) + 1
+    return counts

@@ -181,3 +181,24 @@ def test_launch_from_a_terminal(standin: StandinNode, tmp_path: Path) -> None:
         assert rc == 0 and f"CT {vmid} session {host.session}: running" in out, out
     finally:
         host.clean()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None or os.geteuid() != 0, reason="needs tmux and root")
+def test_env_without_pipelining_is_refused(tmp_path: Path) -> None:
+    """Without pipelining the module's arguments would be a file on the target: a launch with env starts nothing."""
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    unpipelined = {"ansible_connection": "local", "ansible_python_interpreter": PYTHON, "ansible_pipelining": False}
+    host = Host(tmp_path, "localhost", unpipelined, local_shell)
+    try:
+        rc, out, results = host.playbook("launch.yml", "-e", json.dumps({"job_env": {"TOKEN": secret}}))
+        assert rc != 0, out
+        refused = host.result(results, LAUNCH)
+        assert refused["status"] == "failed" and "pipelining is off" in refused["msg"] and "with env" in refused["msg"], refused
+        assert secret not in out and not host.alive() and not os.path.exists(host.log)
+        host.inventory.write_text(json.dumps({"training": {"hosts": {"localhost": dict(unpipelined, ansible_pipelining=True)}}}),
+                                  encoding="utf-8")
+        rc, out, results = host.playbook("launch.yml", "-e", json.dumps({"job_env": {"TOKEN": secret}}))
+        assert rc == 0 and host.alive(), out
+        assert secret not in out
+    finally:
+        host.clean()

@@ -125,7 +125,7 @@ def test_fault_container_rebooted_while_session_runs(ct: int, standin: StandinNo
     assert r["session"]["state"] == "vanished" and r["session"]["pane_pid"] is None and r["session"]["exit_status"] is None
     assert r["session"]["log_size"] == len(before) and r["session"]["log_tail"][-1] == "alive"
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(json.dumps({"all": {"hosts": {f"ct{ct}": {"pct_vmid": ct, "ansible_connection": "local"}}}}))
+    inventory.write_text(json.dumps({"all": {"hosts": {f"ct{ct}": {"pct_vmid": ct, "ansible_connection": "trainops.pct_launch.pct"}}}}))
     status = _status(tmp_path, inventory, name, log)
     assert status.returncode == 0 and f"CT {ct} session {name}: vanished" in status.stdout, status.stdout + status.stderr
     proc, again = playbook(tmp_path, [launch_r(ct, name, log, **job)])

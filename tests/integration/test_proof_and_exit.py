@@ -8,8 +8,8 @@ Against real containers behind the Proxmox VE stand-in (tmux installed with apt 
   controller died before wait_for_log said "started"), then playbooks/launch.yml with
   ``job_prepare: false``: tmux_session returns ``proven: false``, the task "Prove the start of a job
   that runs unproven" runs wait_for_log and passes, the summary says "already running: start proven
-  now", and ``@trainops_proven`` is set on the session. A second re-run makes no proof: one module
-  ``pct exec`` (``/bin/sh -s``, counted in the stand-in's call log) for the launch part, tmux_session
+  now", and ``@trainops_proven`` is set on the session. A second re-run makes no proof: one
+  ``pct exec`` for the launch part (the ``EXEC`` lines of the ``-vvv`` output per task), tmux_session
   returns ``proven: true``, changed=0. The same for a job that launch.yml started and its handler proved.
 * An unproven hung job (never prints the pattern): the re-run fails on the timeout of the proof
   (short ``job_wait_timeout``), with the usual message, and leaves the job running.
@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, STANDIN_PCT, StandinNode
-from .playbook_results import task_results
+from .playbook_results import exec_calls, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -147,6 +147,11 @@ class LaunchRun:
         """What the run printed, for assertion messages."""
         return f"rc={self.proc.returncode}\n--- stdout\n{self.proc.stdout[-8000:]}\n--- stderr\n{self.proc.stderr[-3000:]}"
 
+    def module_calls(self, host: str) -> int:
+        """The pct calls of the launch part (tmux_session, and wait_for_log as task or handler) on ``host``."""
+        counts = exec_calls(self.proc.stdout, host)
+        return sum(counts.get(task, 0) for task in (LAUNCH, REPROOF, HANDLER))
+
     def task(self, name: str, host: str) -> dict[str, t.Any] | None:
         """The result of task ``name`` on ``host`` (its last run), None when it did not run there."""
         found = task_results(self.results, name, host)
@@ -166,7 +171,7 @@ def launch_playbook(tmp_path: Path, vmid: int, pct_path: str, job: dict[str, t.A
         "ansible_connection": "trainops.pct_launch.pct", "ansible_python_interpreter": PYTHON, "pct_path": pct_path}}}),
         encoding="utf-8")
     results = tmp_path / f"results-{uuid.uuid4().hex[:8]}.json"
-    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "-e", json.dumps({"job_prepare": False, **job}),
+    argv = [str(BIN / "ansible-playbook"), "-vvv", "-i", str(inventory), "-e", json.dumps({"job_prepare": False, **job}),
             str(REPO / "playbooks" / "launch.yml")]
     env = ansible_env(ANSIBLE_CALLBACK_PLUGINS=str(CALLBACK_DIR), ANSIBLE_CALLBACKS_ENABLED="trainops_results",
                       TRAINOPS_RESULTS_FILE=str(results), ANSIBLE_PIPELINING="1")
@@ -209,7 +214,7 @@ def test_unproven_running_job_is_proven_on_the_rerun(ct_proof: int, standin: Sta
     assert report and "already running, start proven now, pane_pid" in " ".join(report["msg"].split()), report
     line = [ln for ln in run.summary() if ln.startswith(host)]
     assert line and line[0].endswith(": already running: start proven now"), run.summary()
-    assert module_calls(calls, ct_proof) == 1 + proof["pct_calls"], run.output
+    assert run.module_calls(host) == 1 + proof["pct_calls"], run.output
     assert proven_option(standin, ct_proof, name).endswith("Z")
 
     again = launch_playbook(tmp_path, ct_proof, pct_path, job)
@@ -218,7 +223,7 @@ def test_unproven_running_job_is_proven_on_the_rerun(ct_proof: int, standin: Sta
     assert launch and launch["changed"] is False and launch["proven"] is True, again.output
     skipped = again.task(REPROOF, host)
     assert skipped is not None and skipped.get("status") == "skipped", again.output
-    assert module_calls(calls, ct_proof) == 1, "a proven job: tmux_session only"
+    assert again.module_calls(host) == 1, "a proven job: tmux_session only"
     assert again.results["stats"][host]["changed"] == 0, again.results["stats"]
     line = [ln for ln in again.summary() if ln.startswith(host)]
     assert line and line[0].endswith(": already running"), again.summary()
@@ -239,10 +244,10 @@ def test_a_launch_proven_by_the_handler_is_not_proven_again(
     wait = run.task(HANDLER, host)
     assert wait and wait["verdict"] == "started" and wait["proof_recorded"] is True, run.output
     assert run.task(REPROOF, host)["status"] == "skipped", "a job this run started is proven by the handler"
-    assert module_calls(calls, ct_proof) == 1 + wait["pct_calls"]
+    assert run.module_calls(host) == 1 + wait["pct_calls"]
     again = launch_playbook(tmp_path, ct_proof, pct_path, job)
     assert again.proc.returncode == 0 and again.task(LAUNCH, host)["proven"] is True, again.output
-    assert module_calls(calls, ct_proof) == 1 and again.results["stats"][host]["changed"] == 0, again.output
+    assert again.module_calls(host) == 1 and again.results["stats"][host]["changed"] == 0, again.output
     assert [ln for ln in again.summary() if ln.startswith(host)] == [f"{host} (CT {ct_proof} on localhost): already running"]
     standin.sh(ct_proof, 'tmux kill-session -t "=$1"', name, check=False)
 
@@ -269,7 +274,7 @@ def test_unproven_hung_job_fails_on_timeout_at_the_rerun(ct_proof: int, standin:
     assert line and ": failed: Timed out after 6 s" in line[0], run.summary()
     assert session_alive(standin, ct_proof, name), "a job that ran before the launch is left running"
     assert proven_option(standin, ct_proof, name) == ""
-    assert module_calls(calls, ct_proof) >= 2
+    assert run.module_calls(host) >= 2
     print(f"unproven hung job: {line[0]}")
     standin.sh(ct_proof, 'tmux kill-session -t "=$1"', name, check=False)
 

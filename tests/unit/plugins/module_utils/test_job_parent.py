@@ -362,7 +362,7 @@ def _run_as_nobody(run_dir: Path, log: Path) -> subprocess.CompletedProcess[byte
 
 @needs_root_and_nobody
 def test_a_parent_that_is_not_root_names_its_own_user(shared: Path) -> None:
-    # BUG: job_environment sets USER=LOGNAME=root whenever job.json has no user, even when the parent (a launch
+    # Regression (found by these tests, fixed): job_environment sets USER=LOGNAME=root whenever job.json has no user, even when the parent (a launch
     # without become: run_root() gives such a user a run dir of its own) runs as another user; HOME is that
     # user's, so the job sees HOME=/nonexistent with USER=root (getpass.getuser() says root for uid 65534).
     out = shared / "dump.json"
@@ -377,7 +377,7 @@ def test_a_parent_that_is_not_root_names_its_own_user(shared: Path) -> None:
 
 @needs_root_and_nobody
 def test_a_user_the_parent_cannot_become_ends_with_126_and_its_record(shared: Path) -> None:
-    # BUG: start_job catches only OSError, but a failed switch to the job's user (initgroups/setgid/setuid in
+    # Regression (found by these tests, fixed): start_job catches only OSError, but a failed switch to the job's user (initgroups/setgid/setuid in
     # preexec_fn; here the parent is not root) raises subprocess.SubprocessError: the parent dies with a traceback,
     # and the log gets no reason, no trailer and no exit record (neither RUN_DIR/exit nor LOG.exit), so
     # wait_for_log calls the session vanished ("tmux killed, SIGKILL, or the container restarted").

@@ -84,6 +84,8 @@ def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[Watch]:
         yield box
     finally:
         box.tmux("kill-server")
+        # tmux 3.3 leaves the socket of a killed server behind (Tmux runs tmux without TMUX_TMPDIR: /tmp)
+        Path("/tmp", f"tmux-{os.geteuid()}", socket).unlink(missing_ok=True)
 
 
 def _elapsed(facts: dict[str, t.Any]) -> float:
@@ -225,7 +227,7 @@ def test_a_gone_session_finds_its_log_and_record_in_its_run_dir(watch: Watch) ->
     run_dir.mkdir(parents=True)
     (run_dir / "log_path").write_text(str(watch.log), encoding="utf-8")
     watch.write(HEADER + b"loading\n" + TRAILER)
-    (run_dir / "exit").write_text(exit_record_text("train", 137, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z", "TERM"))
+    (run_dir / "exit").write_text(exit_record_text("train", 137, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z", "TERM"), encoding="utf-8")
     Path(f"{watch.log}.exit").write_bytes(b"")  # as a full file system leaves it
     facts = watch.poll(duration=5, pattern="READY", session_name="train", log_path=None)
     assert facts["verdict"] == "died" and facts["log_path"] == str(watch.log), facts

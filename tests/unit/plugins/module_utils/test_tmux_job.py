@@ -5,6 +5,9 @@
 Each test has a tmux server of its own (``Tmux.socket_name``, killed at teardown) and its run root in
 the test's temp dir, so nothing touches ``/run/trainops`` or the default tmux server. The jobs report
 their environment as hex so that byte-exact arrival can be checked.
+
+Jobs that are stopped ``exec`` their last command: a process its shell leaves behind is reaped by PID 1,
+which in some containers takes a second, and until then its process group (a zombie) counts as alive.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _tmux_cli, _tmux_job
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _tmux_cli
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch, parent_source
@@ -35,8 +38,6 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch i
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None or os.geteuid() != 0, reason="needs tmux and root")
 PARENT_TEXT = Path(_job_parent.__file__).read_text(encoding="utf-8")
 
-# The jobs exec their last command: a process its shell leaves behind is reaped by PID 1, which in some
-# containers takes a second, and until then the job's process group (a zombie) counts as alive for a stop.
 HOSTILE = [
     "it's", 'say "hi"', "$(touch pwned)", "`touch pwned`", "new\nline", "trailing\n\n", "ünïcödé ✓", "back\\slash",
     "\\", "semi;colon", "100%d %s", "tab\there", " lead space", "a\x01b\x7f", "ends with;", "not utf-8 \udcff\udcfe",
@@ -95,6 +96,8 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[Host]:
         yield box
     finally:
         box.tmux("kill-server")
+        # tmux 3.3 leaves the socket of a killed server behind (Tmux runs tmux without TMUX_TMPDIR: /tmp)
+        Path("/tmp", f"tmux-{os.geteuid()}", socket).unlink(missing_ok=True)
         for pgid_file in box.run_root.glob("*/pgid"):  # a job the server's end did not stop
             try:
                 os.killpg(int(pgid_file.read_text(encoding="ascii")), signal.SIGKILL)
@@ -103,9 +106,8 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[Host]:
 
 
 @pytest.fixture()
-def host(server: Host, monkeypatch: pytest.MonkeyPatch) -> Host:
-    """``server``, with ``parent_source`` giving the text AnsiballZ's zipimporter gives (see the BUG test below)."""
-    monkeypatch.setattr(_tmux_job, "parent_source", lambda: PARENT_TEXT)
+def host(server: Host) -> Host:
+    """``server``; the parent copied into the run dir is the one ``parent_source`` reads (as AnsiballZ gives it)."""
     return server
 
 
@@ -379,10 +381,10 @@ def test_a_job_that_exits_at_once_is_finished_with_its_status(host: Host) -> Non
     # (test_a_job_that_ended_in_a_dead_pane_is_finished below makes that moment last).
     assert (facts["state"], facts.get("exit_status")) in (("finished", "3"), ("running", None)), facts
     assert not Path(spec.run_dir, "env").exists()
+    _ended(host, spec)
     assert not Path(spec.run_dir, "pgid").exists()
     record = read_exit_record(str(spec.log_path), spec.run_dir)
     assert record is not None and record["exit_status"] == "3" and "stopped_by" not in record
-    _ended(host, spec)
     assert launch(spec, True)["before_state"] == "finished"
     again = launch(_stopped(spec))
     assert again["result"] == "unchanged" and again["exit_status"] == "3"
@@ -390,7 +392,7 @@ def test_a_job_that_exits_at_once_is_finished_with_its_status(host: Host) -> Non
 
 @needs_tmux
 def test_a_job_that_ended_in_a_dead_pane_is_finished(host: Host) -> None:
-    # BUG: _tmux_job._wait_started says state=running (no exit_status) for a job whose exit record is there while its
+    # Regression (found by these tests, fixed): _tmux_job._wait_started says state=running (no exit_status) for a job whose exit record is there while its
     # session still exists: it asks has-session, not whether the pane is alive, unlike probe() and the protocol's
     # states ("running: the pane is alive"; "finished: no session (or a dead pane), LOG.exit exists"). remain-on-exit
     # (a tmux.conf setting) keeps the dead pane; without it the same happens on a loaded host while tmux closes it.
@@ -405,7 +407,7 @@ def test_a_job_that_ended_in_a_dead_pane_is_finished(host: Host) -> None:
 
 
 def test_parent_source_is_the_text_of_the_parent() -> None:
-    # BUG: parent_source() returns bytes when _job_parent was imported through Ansible's collection loader
+    # Regression (found by these tests, fixed): parent_source() returns bytes when _job_parent was imported through Ansible's collection loader
     # (ansible-test units, tests/conftest.py): _AnsibleCollectionLoader.get_source() gives the file's bytes, and
     # write_whole() then fails with AttributeError: 'bytes' object has no attribute 'encode' (zipimport, as in
     # AnsiballZ, and SourceFileLoader give str).
@@ -416,7 +418,7 @@ def test_parent_source_is_the_text_of_the_parent() -> None:
 
 @needs_tmux
 def test_launch_starts_a_job_with_the_parent_as_loaded(server: Host) -> None:
-    # BUG: the same as test_parent_source_is_the_text_of_the_parent, seen by launch(): without the text of
+    # Regression (found by these tests, fixed): the same as test_parent_source_is_the_text_of_the_parent, seen by launch(): without the text of
     # the parent every start fails, here with AttributeError from write_whole (parent_source() gave bytes).
     spec = server.spec(command="sleep 30")
     facts = launch(spec)

@@ -1,0 +1,37 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin of ``trainops.pct_launch.tmux_session``: keeps ``env`` values off the target's disk.
+
+Without pipelining Ansible copies each module, its arguments included, into a file in the target's
+temporary folder before it runs it. A task with ``env`` that runs on its target (no ``vmid``) is
+therefore refused unless it is pipelined, before anything is sent; everything else runs the module
+as Ansible's normal action does.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.plugins.action.normal import ActionModule as NormalAction
+
+
+def unpipelined_env_message(args: t.Mapping[str, t.Any], host: str) -> str:
+    """The error for ``env`` values that would be written to the target's disk."""
+    return (f"Refusing to run session {args.get('session_name')} on {host} with env: pipelining is off for this host "
+            "(ansible_pipelining or ANSIBLE_PIPELINING false, or an async task), so Ansible would write the module's "
+            "arguments, the env values included, to a file in the target's temporary folder; turn pipelining on "
+            "(the trainops.pct_launch.pct connection has it on by default), or run the task without env. Nothing was started")
+
+
+class ActionModule(NormalAction):
+    """Refuse ``env`` without pipelining, then run the module."""
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        """Check how the module would travel, then run it."""
+        args = self._task.args
+        if args.get("env") and args.get("vmid") is None \
+                and not self._is_pipelining_enabled("new", wrap_async=bool(self._task.async_val)):
+            host = str((task_vars or {}).get("inventory_hostname", "the target"))
+            return {"failed": True, "changed": False, "msg": unpipelined_env_message(args, host)}
+        return super().run(tmp, task_vars)
