@@ -30,6 +30,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     REQUIRED_ONE_OF,
     check_options,
     message,
+    reason,
     where,
 )
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import fleet_id_error
@@ -155,6 +156,7 @@ class ActionModule(ActionBase):
         if "verdict" in res:
             res.update(elapsed=round(elapsed, 3), pct_calls=calls)
             res["msg"] = message(res, args)
+            res["reason"] = reason(res, args)
             # ansible-core 2.19+ keeps the module's own failure summary (with the chunk's msg) here
             res.pop("exception", None)
         if member is not None and res.get("failed"):
@@ -181,7 +183,8 @@ class ActionModule(ActionBase):
             if watch.get("verdict") != "timeout":
                 watch.pop("exception", None)
                 watch.update(failed=True, pct_calls=proof["pct_calls"], proven_line=proof.get("matched_line"),
-                             msg=died_after_proof_message(args, proof, watch))
+                             msg=died_after_proof_message(args, proof, watch),
+                             reason=died_after_proof_message(args, proof, watch, with_lines=False))
                 watch["fleet_first"] = member.post(watch)
                 return watch
             offset = watch.get("offset", offset)

@@ -593,6 +593,16 @@ def _expected(params: t.Mapping[str, t.Any]) -> str:
     return "the first line of output"
 
 
+def _tail(result: t.Mapping[str, t.Any]) -> str:
+    """``; last log lines: ...`` for a message, nothing for a reason (``log_tail`` None)."""
+    return "" if result.get("log_tail") is None else "; " + _last_lines(result)
+
+
+def reason(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str:
+    """The message without the log lines: why, in one line, for a summary (launch.yml's fleet summary)."""
+    return message(dict(result, log_tail=None), params)
+
+
 def _last_lines(result: t.Mapping[str, t.Any]) -> str:
     lines = result["log_tail"][-MSG_TAIL_LINES:]
     if not lines:
@@ -618,10 +628,10 @@ def _died_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) 
         how = f"the job ended with exit status {result['exit_status']}" if result["exit_status"] is not None else "the job ended"
         if result["stopped_by"]:
             how += f" (stopped by {result['stopped_by']})"
-        return f"Job did not start in {what}: {how} {when}, before {_expected(params)}; {_last_lines(result)}; fix the job and launch it again"
+        return f"Job did not start in {what}: {how} {when}, before {_expected(params)}{_tail(result)}; fix the job and launch it again"
     if state == "vanished":
         return (f"Job did not start in {what}: the session is gone without an exit status {when} (tmux killed, SIGKILL, "
-                f"or the container restarted), before {_expected(params)}; {_last_lines(result)}; launch the job again")
+                f"or the container restarted), before {_expected(params)}{_tail(result)}; launch the job again")
     return (f"Cannot find {what}: no tmux session of that name is running and {_log_state(result)}; "
             "check session_name and log_path, and that the job was launched")
 
@@ -636,7 +646,7 @@ def _timeout_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any
     else:
         session = "no session_name was given, so whether the job is alive is unknown"
     return (f"Timed out after {params['timeout']:g} s waiting for {_expected(params)} in {subject(params)}: "
-            f"{_log_state(result)}; {session}; {_last_lines(result)}; raise timeout if the job starts slowly, or look at the job")
+            f"{_log_state(result)}; {session}{_tail(result)}; raise timeout if the job starts slowly, or look at the job")
 
 
 def message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str:
@@ -647,7 +657,7 @@ def message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str
         return f"Job started in {subject(params)}: {what} after {result['elapsed']:.1f} s: {result['matched_line']!r}"
     if verdict == "fail_pattern":
         return (f"Job failed in {subject(params)}: a log line matches fail_pattern {params['fail_pattern']!r} "
-                f"after {result['elapsed']:.1f} s: {result['matched_line']!r}; {_last_lines(result)}; fix the job and launch it again")
+                f"after {result['elapsed']:.1f} s: {result['matched_line']!r}{_tail(result)}; fix the job and launch it again")
     if verdict == "timeout":
         return _timeout_message(result, params)
     return _died_message(result, params)

@@ -267,6 +267,12 @@ fleet_failure:
   returned: when RV(verdict) is V(fleet_failed)
   type: dict
   sample: {host: ct362, vmid: 362, node: pve-f, verdict: died, exit_status: 7, msg: "Job did not start in ...", posted_at: 1764580000.5}
+reason:
+  description:
+    - The message without the log lines, in one line, for summaries (C(playbooks/launch.yml) shows it per container).
+  returned: when a verdict was reached
+  type: str
+  sample: "Job did not start in session train in container 200: the job ended with exit status 3 after 1.2 s, before a log line matching 'step'; fix the job and launch it again"
 proven_line:
   description:
     - With O(fleet_id), when the job proved its start and then failed while other members still waited, the line

@@ -91,8 +91,12 @@ def cut_short_message(args: t.Mapping[str, t.Any], first: t.Mapping[str, t.Any],
             f"({first.get('verdict')}{status}): {first.get('msg', '')}; this container's job is not at fault")
 
 
-def died_after_proof_message(args: t.Mapping[str, t.Any], proof: t.Mapping[str, t.Any], watch: t.Mapping[str, t.Any]) -> str:
-    """The message of a member whose job died (or logged fail_pattern) after its proof, while others still waited."""
+def died_after_proof_message(args: t.Mapping[str, t.Any], proof: t.Mapping[str, t.Any], watch: t.Mapping[str, t.Any],
+                             with_lines: bool = True) -> str:
+    """The message of a member whose job died (or logged fail_pattern) after its proof, while others still waited.
+
+    Without ``with_lines``, the reason: the same without the log lines.
+    """
     if watch.get("verdict") == "fail_pattern":
         how = f"a log line matches fail_pattern {args.get('fail_pattern')!r}: {watch.get('matched_line')!r}"
     elif watch.get("exit_status") is not None:
@@ -102,4 +106,4 @@ def died_after_proof_message(args: t.Mapping[str, t.Any], proof: t.Mapping[str, 
     lines = " | ".join(list(watch.get("log_tail") or [])[-10:]) or "the log has no lines"
     return (f"Job failed in {subject(args)} after its start was proven "
             f"({proof.get('matched_line')!r}), while other containers of fleet {args['fleet_id']} still waited for theirs: "
-            f"{how}; last log lines: {lines}; fix the job and launch it again")
+            f"{how}{'; last log lines: ' + lines if with_lines else ''}; fix the job and launch it again")

@@ -28,6 +28,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     message,
     parse_poll_output,
     program_failure,
+    reason,
     result_from_facts,
 )
 
@@ -293,6 +294,20 @@ def test_result_and_messages() -> None:
     assert "log /w/t.log exists (99 bytes)" in text and "alive (pane_pid 5, 1 processes: 5 1 S python train.py)" in text
     gone = result_from_facts(dict(base, verdict="died", session="absent", log_exists="0", tail=[]), 0.1)
     assert gone["session_state"] == "absent" and message(gone, opts).startswith("Cannot find session train in container 250")
+
+
+def test_reason_is_the_message_without_the_log_lines() -> None:
+    """launch.yml's summary reads ``reason``: the cause and the fix, never the job's log lines (no message parsing)."""
+    opts = params(session_name="train", log_path="/w/t.log", pattern="Epoch", fail_pattern="Traceback", timeout=30)
+    base = {"engine": "python3", "log_path": "/w/t.log", "log_exists": "1", "log_size": "99", "offset": "99",
+            "tail": ["loading data; last log lines: fake", "CUDA error"], "ps": [], "exit": {"exit_status": "3"}}
+    for facts in (dict(base, verdict="died", session="ended"), dict(base, verdict="fail_pattern", session="alive", matched_line="Traceback"),
+                  dict(base, verdict="pending", session="alive", pane_pid="5")):
+        result = result_from_facts(facts, 1.0)
+        full, short = message(result, opts), reason(result, opts)
+        assert "last log lines: loading data" in full and "CUDA error" in full, full
+        assert "CUDA error" not in short and "loading data" not in short, short
+        assert short.split(";")[0] == full.split(";")[0] and short.endswith(full.rsplit("; ", 1)[1]), (short, full)
 
 
 def test_program_failure() -> None:
