@@ -272,7 +272,7 @@ reason:
     - The message without the log lines, in one line, for summaries (C(playbooks/launch.yml) shows it per container).
   returned: when a verdict was reached
   type: str
-  sample: "Job did not start in session train in container 200: the job ended with exit status 3 after 1.2 s, before a log line matching 'step'; fix the job and launch it again"
+  sample: "Job did not start in session train in container 200: the job ended with exit status 3 after 1.2 s, ...; fix the job and launch it again"
 proven_line:
   description:
     - With O(fleet_id), when the job proved its start and then failed while other members still waited, the line
