@@ -19,6 +19,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent im
     exit_record_path,
     write_whole,
 )
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import read_text
 
 
 class LogError(Exception):
@@ -63,16 +64,8 @@ def rotate(log_path: str, keep: int, run_dir: str) -> str | None:
 
 def header(name: str, started_at: str, command: str) -> str:
     """The log's first line of a launch (never env values)."""
-    host = (_read("/proc/sys/kernel/hostname") or os.uname().nodename).strip()
+    host = (read_text("/proc/sys/kernel/hostname") or os.uname().nodename).strip()
     return f"{PROTOCOL}session={name} started_at={started_at} host={host} command={command}\n"
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def _header_failed(log_path: str, created: bool, rotated: str | None, exc: OSError) -> LogError:
@@ -98,7 +91,7 @@ def prepare(log_path: str, mode: str, keep: int, run_dir: str, line: str) -> str
         if mode == "rotate":
             rotated = rotate(log_path, keep, run_dir)
         else:
-            _remove(log_path + ".exit")
+            remove_file(log_path + ".exit")
     except OSError as exc:
         raise LogError("start_failed", f"cannot rotate {log_path}: {exc.strerror or exc}") from None
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_EXCL if mode == "fail_if_exists" else 0)
@@ -123,7 +116,8 @@ def _write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
-def _remove(path: str) -> None:
+def remove_file(path: str) -> None:
+    """Remove a file; one that is not there is fine, any other error is raised."""
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -18,11 +18,11 @@ import sys
 import time
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log import LogError, chown_to, header, prepare
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log import LogError, chown_to, header, prepare, remove_file
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import now, read_exit_record, write_whole
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import stop
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target, preflight
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Before, facts_of, probe
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Before, facts_of, probe, read_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import (
     LaunchSpec,
     display_command,
@@ -86,10 +86,7 @@ def parent_source() -> str:
 def _write_files(spec: LaunchSpec, started_at: str) -> None:
     run_dir = spec.run_dir
     for leftover in ("pgid", "stop_requested", "env", "exit"):
-        try:
-            os.unlink(os.path.join(run_dir, leftover))
-        except FileNotFoundError:
-            pass
+        remove_file(os.path.join(run_dir, leftover))
     job = {"session_name": spec.session_name, "log_path": spec.log_path, "argv": job_argv(spec), "chdir": spec.chdir,
            "venv": spec.venv, "user": spec.user, "started_at": started_at}
     files = [("parent.py", parent_source()), ("job.json", json.dumps(job, ensure_ascii=False)),
@@ -98,7 +95,7 @@ def _write_files(spec: LaunchSpec, started_at: str) -> None:
         files.append(("env", json.dumps(dict(spec.env), ensure_ascii=False)))
     for name, text in files:
         if not write_whole(os.path.join(run_dir, name), text, 0o600):
-            _remove(os.path.join(run_dir, "env"))
+            remove_file(os.path.join(run_dir, "env"))
             raise JobError("start_failed", f"cannot write {name} in {run_dir}")
 
 
@@ -107,7 +104,7 @@ def _new_session(spec: LaunchSpec, target: Target, started_at: str) -> str:
     command = " ".join(shlex.quote(word) for word in (sys.executable or "python3", "-I", os.path.join(spec.run_dir, "parent.py"), spec.run_dir))
     rc, _out, err = target.tmux.run("new-session", "-d", "-s", spec.session_name, "-x", "200", "-y", "50", command)
     if rc != 0:
-        _remove(os.path.join(spec.run_dir, "env"))
+        remove_file(os.path.join(spec.run_dir, "env"))
         raise JobError("start_failed", f"tmux new-session failed: {err.strip()}")
     name = spec.session_name
     for option, value in (("@trainops_spec", spec_hash(spec)), ("@trainops_started_at", started_at),
@@ -123,7 +120,7 @@ def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
     deadline = time.monotonic() + START_WAIT
     while not os.path.exists(pgid_file) and read_exit_record(log, spec.run_dir) is None and time.monotonic() < deadline:
         time.sleep(TICK)
-    facts = {"state": "running", "job_pgid": (_read(pgid_file) or "").strip()}
+    facts = {"state": "running", "job_pgid": (read_text(pgid_file) or "").strip()}
     record = read_exit_record(log, spec.run_dir)
     if record is not None and target.tmux.display(spec.session_name, "#{pane_dead}") in (None, "1"):
         facts.update(state="finished", exit_status=record.get("exit_status", ""))
@@ -148,21 +145,6 @@ def start(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
     facts = {"result": "started", "rotated_log": rotated or "", "started_at": started_at, "pane_pid": pane_pid}
     facts.update(_wait_started(spec, target))
     return facts
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _act(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
