@@ -166,9 +166,10 @@ seealso:
 """
 
 EXAMPLES = r"""
+# The tasks run on the host they start the job on: here a container reached with
+# ansible_connection: trainops.pct_launch.pct (host vars pct_vmid: 201), pipelined (env needs it).
 - name: Start training in CT 201 (changed only when it was not running)
   trainops.pct_launch.tmux_session:
-    vmid: 201
     session_name: train-resnet
     argv: [python, train.py, --epochs, "90"]
     chdir: /srv/train
@@ -181,7 +182,6 @@ EXAMPLES = r"""
 
 - name: Start a shell pipeline, appending to the same log at every run
   trainops.pct_launch.tmux_session:
-    vmid: 201
     session_name: prep
     command: ./prepare.sh --all 2>&1 | tee -a prep-detail.txt
     chdir: /srv/train
@@ -190,7 +190,6 @@ EXAMPLES = r"""
 
 - name: Restart with a new spec
   trainops.pct_launch.tmux_session:
-    vmid: 201
     session_name: train-resnet
     state: restarted
     argv: [python, train.py, --epochs, "120"]
@@ -199,7 +198,6 @@ EXAMPLES = r"""
 
 - name: Stop it (SIGINT, then SIGKILL after 60 s)
   trainops.pct_launch.tmux_session:
-    vmid: 201
     session_name: train-resnet
     state: stopped
     stop_signal: INT

@@ -57,9 +57,9 @@ seealso:
 """
 
 EXAMPLES = r"""
+# On the host whose sessions are reported: a container through the pct connection, an ssh host, localhost.
 - name: All tmux sessions of container 200
-  trainops.pct_launch.tmux_session_info:
-    vmid: 200
+  trainops.pct_launch.tmux_session_info: {}
   register: info
 
 - name: Show the running ones
@@ -68,7 +68,6 @@ EXAMPLES = r"""
 
 - name: The training job, with its last 50 log lines
   trainops.pct_launch.tmux_session_info:
-    vmid: 200
     session_name: train
     log_path: /workspace/train.log
     lines: 50

@@ -129,9 +129,9 @@ notes:
 """
 
 EXAMPLES = r"""
+# On the host the log is on: a container through the pct connection, an ssh host, localhost.
 - name: Launch the training job
   trainops.pct_launch.tmux_session:
-    vmid: 200
     session_name: train
     command: python train.py
     log_path: /workspace/train.log
@@ -143,7 +143,6 @@ EXAMPLES = r"""
 # in handlers:
 - name: Wait for the training job to start
   trainops.pct_launch.wait_for_log:
-    vmid: 200
     session_name: train
     log_path: /workspace/train.log
     pattern: 'Epoch 1/'
@@ -152,7 +151,6 @@ EXAMPLES = r"""
 
 - name: Wait until the log has any output (no pattern)
   trainops.pct_launch.wait_for_log:
-    vmid: 200
     session_name: train
   register: started
 
