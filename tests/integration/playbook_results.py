@@ -8,10 +8,14 @@ The callback (tests/integration/files/playbooks/callback_plugins/trainops_result
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import typing as t
+import uuid
 from pathlib import Path
 
 
@@ -53,3 +57,51 @@ def exec_calls(stdout: str, host: str) -> dict[str, int]:
         elif line.startswith(f"<{host}> EXEC "):
             counts[task] = counts.get(task, 0) + 1
     return counts
+
+
+CALLBACKS = Path(__file__).resolve().parent / "files" / "playbooks" / "callback_plugins"
+PYTHON_IN_TARGET = "/usr/bin/python3"
+
+
+def container_host(vmid: int, **host_vars: t.Any) -> dict[str, t.Any]:
+    """Inventory variables of a stand-in container reached with the collection's pct connection (pipelined)."""
+    return {"ansible_connection": "trainops.pct_launch.pct", "pct_vmid": vmid, "ansible_python_interpreter": PYTHON_IN_TARGET,
+            "ansible_pipelining": True, **host_vars}
+
+
+class PlayRun(t.NamedTuple):
+    """One finished ansible-playbook run: its process and every task result (trainops_results callback)."""
+
+    proc: subprocess.CompletedProcess[str]
+    results: dict[str, t.Any]
+
+    def result(self, task: str, host: str) -> dict[str, t.Any]:
+        """The last result of ``task`` on ``host``; fails the test (with the output) when there is none."""
+        found = task_results(self.results, task, host)
+        assert found, f"no result of {task!r} on {host}:\n{self.proc.stdout[-6000:]}\n{self.proc.stderr[-3000:]}"
+        return found[-1]
+
+
+def run_tasks(folder: Path, hosts: t.Mapping[str, t.Mapping[str, t.Any]], tasks: list[dict[str, t.Any]], *,
+              handlers: list[dict[str, t.Any]] | None = None, options: t.Sequence[str] = (),
+              env: t.Mapping[str, str] | None = None, timeout: float = 600) -> PlayRun:
+    """Run one play of ``tasks`` on ``hosts`` (name -> host variables) with ansible-playbook.
+
+    ``options`` are more ansible-playbook options (``--check``, ``--diff``, ``-vvv``, ``-e ...``).
+    The play has ``gather_facts: false``; the results come from the trainops_results callback.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    inventory, playbook, results = folder / f"inventory-{tag}.json", folder / f"play-{tag}.yml", folder / f"results-{tag}.json"
+    inventory.write_text(json.dumps({"all": {"hosts": {name: dict(v) for name, v in hosts.items()}}}), encoding="utf-8")
+    play: dict[str, t.Any] = {"name": "tasks of a test", "hosts": "all", "gather_facts": False, "tasks": tasks}
+    if handlers:
+        play["handlers"] = handlers
+    playbook.write_text(json.dumps([play]), encoding="utf-8")
+    run_env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="0",
+                   ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS), ANSIBLE_CALLBACKS_ENABLED="trainops_results",
+                   ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="0", TRAINOPS_RESULTS_FILE=str(results), **(env or {}))
+    proc = subprocess.run([ansible_playbook(), "-i", str(inventory), *options, str(playbook)], capture_output=True, text=True,
+                          env=run_env, timeout=timeout, stdin=subprocess.DEVNULL, cwd=folder, check=False)
+    data = json.loads(results.read_text(encoding="utf-8")) if results.exists() else {}
+    return PlayRun(proc, data)
