@@ -4,7 +4,7 @@
 """Action plugin of ``trainops.pct_launch.tmux_session``: keeps ``env`` values off the target's disk.
 
 Without pipelining Ansible copies each module, its arguments included, into a file in the target's
-temporary folder before it runs it. A task with ``env`` that runs on its target (no ``vmid``) is
+temporary folder before it runs it. A task with ``env`` is
 therefore refused unless it is pipelined, before anything is sent; everything else runs the module
 as Ansible's normal action does.
 """
@@ -30,8 +30,7 @@ class ActionModule(NormalAction):
     def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
         """Check how the module would travel, then run it."""
         args = self._task.args
-        if args.get("env") and args.get("vmid") is None \
-                and not self._is_pipelining_enabled("new", wrap_async=bool(self._task.async_val)):
+        if args.get("env") and not self._is_pipelining_enabled("new", wrap_async=bool(self._task.async_val)):
             host = str((task_vars or {}).get("inventory_hostname", "the target"))
             return {"failed": True, "changed": False, "msg": unpipelined_env_message(args, host)}
         return super().run(tmp, task_vars)

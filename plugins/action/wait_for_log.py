@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin of ``trainops.pct_launch.wait_for_log``: checks options, then runs the module in chunks.
 
-The module (one ``pct exec`` per call, on the node the connection or ``delegate_to`` reaches) waits
+The module (one module run per call, one ``pct exec`` on a container of the pct connection) waits
 at most ``CHUNK_SECONDS`` per call; this plugin calls it again with the log offset it reached until
 the verdict or the deadline, printing a progress line after every chunk that ends without a verdict.
 
@@ -92,13 +92,11 @@ class ActionModule(ActionBase):
             return result
         task_vars = task_vars or {}
         host = str(task_vars.get("inventory_hostname", "localhost"))
-        if args.get("vmid") is None:  # for the messages: the module runs on this host, a container if it has pct_vmid
-            args = dict(args, host=host, pct_vmid=task_vars.get("pct_vmid"))
+        args = dict(args, host=host, pct_vmid=task_vars.get("pct_vmid"))  # for the messages: a container if it has pct_vmid
         if args.get("fleet_id") is None:
             result.update(self._wait(args, task_vars, host, None))
             return result
-        vmid = args["vmid"] if args.get("vmid") is not None else args.get("pct_vmid")
-        with FleetMember(args["fleet_id"], host, vmid, self._node(host, task_vars)) as member:
+        with FleetMember(args["fleet_id"], host, args["pct_vmid"], self._node(host, task_vars)) as member:
             result.update(self._wait(args, task_vars, host, member))
         return result
 

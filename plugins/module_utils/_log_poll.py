@@ -7,7 +7,7 @@ regular expressions, skips the protocol's own ``### trainops.pct_launch:`` lines
 first verdict or at the end of the chunk (``duration`` seconds): ``started`` (pattern seen, or any
 output line without a pattern), ``fail_pattern``, ``died`` (the session ended or is gone, or an exit
 record appeared), ``pending`` (the caller decides whether that is a timeout). It returns the facts
-``_log_wait.result_from_facts`` reads.
+``_log_wait.result_from_facts`` reads, the session's state decided by ``_tmux_cli.session_state``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import PROTOCOL, now, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import pid_alive, show, tree
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root, session_state
 
 PROTO = PROTOCOL.encode("ascii")
 READ_MAX = 4 << 20
@@ -149,7 +149,7 @@ def poll(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """One chunk of waiting; the facts (see the module docstring)."""
     started = time.monotonic()
     watch = _Watch(params)
-    facts: dict[str, t.Any] = {"engine": "python3", "offset": str(params["offset"]), "log_path": watch.log, "tail": [], "ps": [], "exit": {}}
+    facts: dict[str, t.Any] = {"offset": str(params["offset"]), "log_path": watch.log, "tail": [], "ps": [], "exit": {}}
     size: int | None = os.path.getsize(watch.log) if watch.log and os.path.isfile(watch.log) else None
     if not watch.log or watch.state == "tmux_missing":  # no tmux session can have written this log: its lines prove nothing
         verdict, line, record = "died", None, (read_exit_record(watch.log, None) if watch.log else None)
@@ -159,6 +159,8 @@ def poll(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     if verdict == "started" and watch.state == "alive" and params.get("record_proof", True):
         facts["proof_recorded"] = "1" if watch.mark_proven() else "0"
     facts.update(verdict=verdict, session=watch.state, log_exists="0" if size is None else "1", exit=record or {})
+    running = watch.state == "alive" and verdict != "died"
+    facts["state"] = session_state(running, watch.log, watch.run_dir, in_tmux=watch.state == "ended") if watch.session else "unknown"
     if size is not None:
         facts["log_size"] = str(size)
     if watch.state == "alive" and watch.pid is not None:

@@ -115,13 +115,20 @@ class Before:
     summary: str | None = None
 
 
-def session_state(running: bool, log_path: str | None, run_dir: str | None) -> str:
-    """running, finished (an exit record), vanished (only the log) or absent."""
+def session_state(running: bool, log_path: str | None, run_dir: str | None, in_tmux: bool = False,
+                  pane_dead_status: str | None = None) -> str:
+    """The one decision of every report (docs/launch-protocol.md): running, finished, vanished or absent.
+
+    finished: an exit record, or the exit status tmux kept for the dead pane of a session this
+    collection did not launch (``pane_dead_status``); vanished: only the log, or a dead pane without a record.
+    """
     if running:
         return "running"
     if log_path and exit_record_path(log_path, run_dir) is not None:
         return "finished"
-    if log_path and os.path.lexists(log_path):
+    if pane_dead_status is not None and pane_dead_status.isdigit():
+        return "finished"
+    if in_tmux or (log_path and os.path.lexists(log_path)):
         return "vanished"
     return "absent"
 

@@ -1,10 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Build the in-container program of ``tmux_session`` and read its answer (docs/launch-protocol.md).
+"""The job spec of ``tmux_session``: its options validated, hashed and summarised (docs/launch-protocol.md).
 
-Values reach the container only as ``name=<shlex.quote(value)>`` assignments and as here-documents
-with a random delimiter (the job's environment, the wrapper); the sh code itself is constant
-(``_tmux_sh``). Everything travels on the standard input of one ``pct exec``.
+``spec_from_params`` checks every option before anything runs and raises ``SpecError`` naming the
+option; the launch (``_tmux_job``) only ever sees a valid ``LaunchSpec``.
 """
 
 from __future__ import annotations
@@ -17,10 +16,7 @@ import re
 import secrets
 import shlex
 import typing as t
-from urllib.parse import unquote_to_bytes
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_sh
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import VMID_MAX, VMID_MIN
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -32,7 +28,6 @@ _SCRIPT_SUFFIX = re.compile(r"\.(py|sh|bash|pl|rb|js|R|jl|lua)$")
 _INTERPRETER = re.compile(r"(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|ksh|perl|ruby|node|Rscript|julia|lua)")
 _SHELL_OPERATORS = frozenset(("&&", "||", ";", "|", "&", "(", ")", ";;", "<", ">", ">>"))
 _UNSAFE_WORD = re.compile(r"[$`*?\[~{]")
-_LOCK_GRACE = 30
 
 
 class SpecError(ValueError):
@@ -43,7 +38,6 @@ class SpecError(ValueError):
 class LaunchSpec:
     """The validated options of one ``tmux_session`` task."""
 
-    vmid: t.Optional[int]
     session_name: str
     state: str = "started"
     command: str | None = None
@@ -66,7 +60,7 @@ class LaunchSpec:
 
     @property
     def run_dir(self) -> str:
-        """``/run/trainops/NAME`` inside the container."""
+        """``RUN_ROOT/NAME`` on the target (``/run/trainops/NAME`` for root)."""
         return posixpath.join(self.run_root, self.session_name)
 
 
@@ -79,11 +73,11 @@ def _no_nul(option: str, value: str) -> str:
 def _absolute(option: str, value: str | None, required: bool = False) -> str | None:
     if value is None or value == "":
         if required:
-            raise SpecError(f"Missing {option}: an absolute path inside the container is required to start a job")
+            raise SpecError(f"Missing {option}: an absolute path on the target is required to start a job")
         return None
     _no_nul(option, value)
     if not value.startswith("/"):
-        raise SpecError(f"Invalid {option} {value!r}: use an absolute path inside the container (starting with '/')")
+        raise SpecError(f"Invalid {option} {value!r}: use an absolute path on the target (starting with '/')")
     return value
 
 
@@ -95,14 +89,6 @@ def _log_path(value: str | None, required: bool) -> str | None:
         # wait_for_log and tmux_session_info refuse such a log_path, and /run/trainops/NAME/log_path could not keep it
         raise SpecError(f"Invalid log_path {value!r}: it contains a newline; use a path without newlines")
     return path
-
-
-def _vmid(value: t.Any) -> int | None:
-    if value is None:
-        return None  # the module runs on its target
-    if isinstance(value, bool) or not isinstance(value, int) or not VMID_MIN <= value <= VMID_MAX:
-        raise SpecError(f"Invalid vmid {value!r}: use the container's VMID, an integer from {VMID_MIN} to {VMID_MAX}")
-    return value
 
 
 def _session_name(value: str) -> str:
@@ -124,6 +110,18 @@ def _env(value: t.Mapping[str, t.Any] | None) -> tuple[tuple[str, str], ...]:
             raise SpecError(f"Invalid env value for {key}: it contains a NUL character")
         items.append((key, text))
     return tuple(items)
+
+
+def name_and_log_errors(session_name: str | None, log_path: str | None) -> list[str]:
+    """The problems with a session name and a log path to look at (wait_for_log, tmux_session_info), each naming its option."""
+    errors = []
+    for check, value in ((_session_name, session_name), (lambda path: _log_path(path, False), log_path)):
+        try:
+            if value is not None:
+                check(value)
+        except SpecError as exc:
+            errors.append(str(exc))
+    return errors
 
 
 def _job(params: t.Mapping[str, t.Any]) -> tuple[str | None, tuple[str, ...] | None]:
@@ -169,7 +167,7 @@ def spec_from_params(params: t.Mapping[str, t.Any]) -> LaunchSpec:
         raise SpecError(f"Missing command or argv: state={state} needs exactly one of them")
     keep, signal, stop_timeout = _numbers(params)
     return LaunchSpec(
-        vmid=_vmid(params.get("vmid")), session_name=_session_name(params.get("session_name")), state=state,
+        session_name=_session_name(params.get("session_name")), state=state,
         command=command, argv=argv, chdir=_absolute("chdir", params.get("chdir")), env=_env(params.get("env")),
         venv=_absolute("venv", params.get("venv")), user=_user(params.get("user")),
         log_path=_log_path(params.get("log_path"), required=starting),
@@ -256,84 +254,3 @@ def script_to_check(spec: LaunchSpec) -> tuple[str | None, bool]:
             return word, False
     return None, False
 
-
-def tmux_option_value(value: str) -> str:
-    """A tmux argument that tmux keeps as ``value`` (an argument ending in ';' separates commands)."""
-    return value[:-1] + "\\;" if value.endswith(";") else value
-
-
-def assign(name: str, value: str | int | None) -> str:
-    """``name=<quoted value>`` (None is the empty string)."""
-    return name + "=" + shlex.quote("" if value is None else str(value))
-
-
-def heredoc_function(name: str, content: str) -> str:
-    """A sh function printing ``content`` with a quoted here-document (no expansion, no process list)."""
-    body = content if content.endswith("\n") else content + "\n"
-    lines = set(body.split("\n"))
-    delimiter = "TRAINOPS_EOF_" + secrets.token_hex(8)
-    while delimiter in lines:
-        delimiter = "TRAINOPS_EOF_" + secrets.token_hex(8)
-    return name + "() {\ncat <<'" + delimiter + "'\n" + body + delimiter + "\n}\n"
-
-
-def wrapper_text(spec: LaunchSpec) -> str:
-    """The content of ``/run/trainops/NAME/run.sh``."""
-    values = [assign("w_name", spec.session_name), assign("w_log", spec.log_path), assign("w_dir", spec.run_dir),
-              assign("w_chdir", spec.chdir), assign("w_venv", spec.venv), assign("w_user", spec.user)]
-    job = "set -- " + " ".join(shlex.quote(word) for word in job_argv(spec))
-    return _tmux_sh.WRAPPER_HEAD + "\n".join(values) + "\n" + job + "\n" + _tmux_sh.WRAPPER_BODY
-
-
-def env_file_text(spec: LaunchSpec) -> str:
-    """``export KEY='value'`` lines, read by the wrapper and deleted before the job starts."""
-    return "".join("export " + key + "=" + shlex.quote(value) + "\n" for key, value in spec.env)
-
-
-def _assignments(spec: LaunchSpec, check_mode: bool) -> list[str]:
-    script, script_exec = script_to_check(spec) if spec.action != "stop" else (None, False)
-    log = spec.log_path or ""
-    lock_seconds = spec.stop_timeout + _LOCK_GRACE
-    return [
-        assign("t_name", spec.session_name), assign("t_dir", spec.run_dir), assign("t_action", spec.action),
-        assign("t_check", int(check_mode)), assign("t_log", log), assign("t_logdir", posixpath.dirname(log) if log else ""),
-        assign("t_mode", spec.log_mode), assign("t_keep", spec.log_keep), assign("t_chdir", spec.chdir),
-        assign("t_venv", spec.venv), assign("t_user", spec.user), assign("t_script", script),
-        assign("t_script_exec", int(script_exec)), assign("t_spec", spec_hash(spec) if spec.action != "stop" else ""),
-        assign("t_display", display_command(spec) if spec.action != "stop" else ""),
-        assign("t_opt_log", tmux_option_value(log)),
-        assign("t_opt_command", tmux_option_value(display_command(spec)) if spec.action != "stop" else ""),
-        assign("t_signal", spec.stop_signal), assign("t_stop_ticks", spec.stop_timeout * 10),
-        assign("t_lock_ticks", lock_seconds * 10), assign("t_has_env", int(bool(spec.env))),
-        assign("t_uid", ""), assign("t_gid", ""), assign("t_home", "/root"), assign("t_tmux_missing", 0),
-    ]
-
-
-def build_program(spec: LaunchSpec, check_mode: bool = False, salt: str | None = None) -> str:
-    """The whole program for ``/bin/sh -s`` in the container."""
-    parts = ["\n".join(_assignments(spec, check_mode)), _tmux_sh.LAUNCH]
-    if spec.action != "stop" and not check_mode:
-        summary = json.dumps(spec_summary(spec, salt), sort_keys=True, ensure_ascii=True)
-        parts += [heredoc_function("t_wrapper", wrapper_text(spec)), heredoc_function("t_summary", summary),
-                  heredoc_function("t_envfile", env_file_text(spec))]
-    parts.append("t_main\n")
-    return "\n".join(parts)
-
-
-def output_lines(stdout: str) -> list[str]:
-    """The lines of a program's output: split at "\\n" only, the "\\r" a terminal adds removed.
-
-    Not ``str.splitlines``: it also splits at U+0085, U+2028, U+2029 (and \\v, \\f, \\x1c-\\x1e), which a
-    percent-encoded VALUE keeps as they are.
-    """
-    return [line.rstrip("\r") for line in stdout.split("\n")]
-
-
-def parse_output(stdout: str) -> dict[str, str]:
-    """``trainops:KEY=VALUE`` lines as a dict (percent-decoded; the last value of a key wins)."""
-    facts: dict[str, str] = {}
-    for line in output_lines(stdout):
-        if line.startswith("trainops:") and "=" in line:
-            key, _sep, value = line[len("trainops:"):].partition("=")
-            facts[key] = unquote_to_bytes(value.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
-    return facts

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Turn the answer of a launch program into the module's result, its diff, or an error message."""
+"""Turn what a launch found and did (its facts) into the module's result, its diff, or an error message."""
 
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ class LaunchFailed(Exception):
         self.code = code
 
 
-def where(spec: LaunchSpec) -> str:
-    """``container VMID`` (the ``vmid`` path) or ``host HOSTNAME`` (the module runs on its target)."""
-    return f"container {spec.vmid}" if spec.vmid is not None else f"host {socket.gethostname()}"
+def where() -> str:
+    """``host HOSTNAME``: the module runs on its target (a container's host name is its CT's hostname)."""
+    return f"host {socket.gethostname()}"
 
 
 def what_failed(spec: LaunchSpec) -> str:
-    """``Cannot start session NAME in`` (followed by ``container VMID: cause``)."""
+    """``Cannot start session NAME in`` (followed by ``host NAME: cause``)."""
     return f"Cannot {_VERB[spec.action]} session {spec.session_name} in"
 
 
@@ -74,23 +74,18 @@ def conflict_message(spec: LaunchSpec, facts: dict[str, str]) -> str:
         detail = "it was not started by trainops.pct_launch.tmux_session, or its spec is unknown"
     else:
         detail = "; ".join(_differences(spec, running)) or "the spec hash differs"
-    return (f"{what_failed(spec)} {where(spec)}: session {spec.session_name} is already running with a different spec: "
+    return (f"{what_failed(spec)} {where()}: session {spec.session_name} is already running with a different spec: "
             f"{detail}. Use state: restarted to replace the running job (or state: stopped first)")
 
 
-def failure(spec: LaunchSpec, rc: int, facts: dict[str, str], stderr: str, detail: str) -> LaunchFailed:
-    """The error for a program that exited non-zero."""
-    code = facts.get("error")
-    prefix = f"{what_failed(spec)} {where(spec)}: "
+def failure(spec: LaunchSpec, code: str, facts: dict[str, str], cause: str) -> LaunchFailed:
+    """The error for a launch step that failed with error ``code`` (docs/launch-protocol.md) and message ``cause``."""
+    prefix = f"{what_failed(spec)} {where()}: "
     if code == "tmux_missing":
-        inside = f"in CT {spec.vmid}" if spec.vmid is not None else "on this host"
-        return LaunchFailed(prefix + f"tmux is not installed {inside}: apply role trainops.pct_launch.tmux", code)
+        return LaunchFailed(prefix + "tmux is not installed on this host: apply role trainops.pct_launch.tmux", code)
     if code == "spec_conflict":
         return LaunchFailed(conflict_message(spec, facts), code)
-    if code:
-        cause = facts.get("message") or code
-        return LaunchFailed(prefix + f"{cause}; {_FIX.get(code, 'see stderr')}", code)
-    return LaunchFailed(prefix + f"the launch program failed with exit status {rc}: {detail or 'no error message'}", None)
+    return LaunchFailed(prefix + f"{cause or code}; {_FIX.get(code, 'nothing was changed')}", code)
 
 
 def _state_text(state: str, pane_pid: str | None = None, started_at: str | None = None, command: str | None = None) -> str:
@@ -111,7 +106,7 @@ def _running_command(facts: dict[str, str]) -> str | None:
         return None
     if not isinstance(running, dict):
         return None
-    probe = LaunchSpec(vmid=100, session_name="x", command=running.get("command"),
+    probe = LaunchSpec(session_name="x", command=running.get("command"),
                        argv=tuple(running["argv"]) if running.get("argv") else None)
     return display_command(probe)
 
@@ -167,7 +162,6 @@ def result(spec: LaunchSpec, facts: dict[str, str], check_mode: bool) -> dict[st
     unchanged_running = not changed and state == "running"
     out: dict[str, t.Any] = {
         "changed": changed,
-        "vmid": spec.vmid,
         "session_name": spec.session_name,
         "log_path": spec.log_path or facts.get("before_log") or facts.get("stopped_log") or None,
         "rotated_log": facts.get("rotated_log") or None,

@@ -1,23 +1,26 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Report the tmux sessions of the host the module runs on (``tmux_session_info`` without ``vmid``).
+"""Report the tmux sessions of the host the module runs on (``tmux_session_info``).
 
-It only reads: tmux, the run folders of the launches, each log and its exit record. It gathers, per
-session, the facts ``_tmux_report.session_entry`` turns into one element of ``sessions`` (the same
-keys the in-container sh program of the ``vmid`` path prints), so both paths decide a session's state
-in one place.
+It only reads: tmux, the run folders of the launches, each log and its exit record. It gathers the
+facts of each session, decides its state with ``_tmux_cli.session_state`` (the one decision every
+report uses) and turns them into one element of the module's ``sessions`` (``session_entry``).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import exit_record_path, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import tail
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import show
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_report import MAX_LINE_BYTES
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root, session_state
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import name_and_log_errors
+
+MAX_LINE_BYTES = 4000
+MAX_LINES = 10000
 
 _SEP = "\037"
 _FIELDS = ("session_name", "pane_pid", "pane_dead", "pane_dead_status", "session_created")
@@ -50,10 +53,13 @@ def in_tmux(tmux: Tmux, target: str, root: str, lines: int) -> dict[str, t.Any] 
                                    started_at=fields[6], command=fields[7] or fields[8], line=[])
     del facts["session_name"], facts["session_created"]
     facts["created"] = fields[4]
+    run_dir, log = None, ""
     if fields[5] == "1":
         run_dir = os.path.join(root, fields[0])
         log = read_text(os.path.join(run_dir, "log_path")) or tmux.display_target(target + ":", "#{@trainops_log}") or ""
         _files(facts, log, run_dir, lines)
+    facts["state"] = session_state(fields[2] != "1", log, run_dir, in_tmux=True,
+                                   pane_dead_status=fields[3] if fields[5] != "1" else None)
     return facts
 
 
@@ -61,6 +67,7 @@ def gone(name: str, log_path: str, root: str, lines: int) -> dict[str, t.Any]:
     """The facts of a launched session tmux no longer knows."""
     facts: dict[str, t.Any] = {"session": name, "in_tmux": "0", "managed": "1", "line": []}
     _files(facts, log_path, os.path.join(root, name), lines)
+    facts["state"] = session_state(False, log_path, os.path.join(root, name))
     return facts
 
 
@@ -89,3 +96,48 @@ def report(session_name: str | None, log_path: str | None, lines: int) -> tuple[
         if name not in seen and os.path.isdir(os.path.join(root, name)) and log:
             found.append(gone(name, log, root, lines))
     return status, found
+
+
+def check_info_options(params: t.Mapping[str, t.Any]) -> list[str]:
+    """Problems with the options of ``tmux_session_info``, each naming the option."""
+    errors = name_and_log_errors(params.get("session_name"), params.get("log_path"))
+    if not 0 <= params["lines"] <= MAX_LINES:
+        errors.append(f"Cannot use option lines {params['lines']}: it must be from 0 to {MAX_LINES}")
+    return errors
+
+
+def to_int(value: str | None) -> int | None:
+    """An integer fact, or None when missing or not a number."""
+    if value is None or not value.strip().lstrip("-").isdigit():
+        return None
+    return int(value.strip())
+
+
+def _epoch_to_iso(value: str | None) -> str | None:
+    """tmux ``session_created`` (seconds since the epoch) as ISO 8601 UTC."""
+    seconds = to_int(value)
+    if seconds is None:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def session_entry(facts: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """One element of the module's ``sessions`` result."""
+    state = facts["state"]
+    finished = state == "finished"
+    status = to_int(facts.get("exit.exit_status"))
+    started = facts.get("started_at") or facts.get("exit.started_at") or _epoch_to_iso(facts.get("created"))
+    return {
+        "name": facts["session"],
+        "state": state,
+        "managed": facts.get("managed") == "1",
+        "pane_pid": to_int(facts.get("pane_pid")) if state == "running" else None,
+        "command": facts.get("command") or None,
+        "started_at": started or None,
+        "exit_status": (status if status is not None else to_int(facts.get("pane_dead_status"))) if finished else None,
+        "ended_at": (facts.get("exit.ended_at") or None) if finished else None,
+        "stopped_by": facts.get("exit.stopped_by") or None,
+        "log_path": facts.get("log_path") or None,
+        "log_size": to_int(facts.get("log_size")),
+        "log_tail": [line.rstrip("\r") for line in facts.get("line", [])],
+    }

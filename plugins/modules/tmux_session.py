@@ -14,34 +14,30 @@ author:
 description:
   - Starts a job (a shell command line or an argv) in a detached tmux session on the host the task targets
     and stops or restarts it. The job survives the end of the task, of the connection and of C(ansible-playbook).
-  - Without O(vmid) (recommended) the module runs on its target like any module (a Proxmox VE container reached
-    with the collection's C(trainops.pct_launch.pct) connection, one C(pct exec) per task with pipelining; a VM or
-    server reached over C(ssh); or C(localhost)). The target needs Python 3.7 or later and tmux.
-  - With O(vmid) (the earlier interface, kept for now) the module runs on the Proxmox VE node and reaches LXC
-    container O(vmid) through one C(pct exec VMID -- /bin/sh -s) per task; the program for the container
-    travels on standard input, never with a terminal, so no value (environment values included) appears on a
-    process list. Such tasks are delegated to the node (C(delegate_to)).
-  - Before starting, the container is checked (preflight), also in check mode. C(tmux) must be installed
+  - The module runs on its target like any module, be it a Proxmox VE container reached with the collection's
+    C(trainops.pct_launch.pct) connection (one C(pct exec) per task, pipelined, never with a terminal), a VM or
+    server reached over C(ssh), or C(localhost). The target needs Python 3.7 or later and tmux.
+  - Before starting, the target is checked (preflight), also in check mode. C(tmux) must be installed
     (role C(trainops.pct_launch.tmux)); O(chdir), O(venv), the directory of O(log_path) and the script the command
     starts (when its first word, or the script argument of an interpreter such as C(python) or C(bash), names a file)
     must exist. Nothing is started when a check fails.
-  - The job runs under a small parent process (C(/run/trainops/NAME/parent.py) without O(vmid), C(/run/trainops/NAME/run.sh)
-    with it; C(/run/trainops) is for root, another user of an C(ssh) host gets a folder in C(XDG_RUNTIME_DIR) or C(/tmp))
+  - The job runs under a small parent process (C(/run/trainops/NAME/parent.py); C(/run/trainops) is for root, another
+    user of an C(ssh) host gets a folder in C(XDG_RUNTIME_DIR) or C(/tmp))
     in its own process group, with standard input C(/dev/null) and standard output and error appended to O(log_path).
     The log's first line is a header written before the job starts
     (C(### trainops.pct_launch) followed by the session name, start time, host and command, never environment values);
-    when the job ends, the wrapper appends a trailer line and writes C(LOG.exit) with the exit status.
+    when the job ends, the parent appends a trailer line and writes C(LOG.exit) with the exit status.
   - The job gets a clean environment (C(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), C(HOME), C(USER),
-    C(LOGNAME), C(LANG=C.UTF-8)), then O(env), then O(venv). Nothing of the node's or the tmux server's environment leaks in.
+    C(LOGNAME), C(LANG=C.UTF-8)), then O(env), then O(venv). Nothing of the connection's or the tmux server's environment leaks in.
   - Idempotent. A session of that name running the same job spec (command or argv, O(chdir), O(env), O(venv), O(user),
     O(log_path)) is left alone. A session of that name running another spec makes the task fail, naming what differs
     (environment values are never shown); use O(state=restarted) to replace it.
-  - Concurrent launches of one session name in one container are serialised with a lock in C(/run/trainops/NAME), so
+  - Concurrent launches of one session name on one host are serialised with a lock in C(/run/trainops/NAME), so
     exactly one job starts.
-  - O(chdir), O(venv) and O(log_path) are paths inside the container, taken literally (no C(~) or C($VAR) expansion on the node).
+  - O(chdir), O(venv) and O(log_path) are paths on the target, taken literally (no C(~) or C($VAR) expansion).
   - See C(docs/launch-protocol.md) in the collection for the files it writes and the tmux options it sets.
 extends_documentation_fragment:
-  - trainops.pct_launch.pct_exec
+  - trainops.pct_launch.on_target
 options:
   session_name:
     description:
@@ -51,7 +47,7 @@ options:
     required: true
   command:
     description:
-      - Shell command line of the job, run by C(sh -c) inside the container.
+      - Shell command line of the job, run by C(sh -c) on the target.
       - Exactly one of O(command) and O(argv) is required when O(state) is V(started) or V(restarted).
     type: str
   argv:
@@ -69,7 +65,7 @@ options:
       - Environment variables for the job. Values are passed byte-exact and never appear on a process list,
         in the log header or in the task result; quote numbers and booleans in YAML.
       - Names must be shell variable names and must not start with C(TRAINOPS_).
-      - Without O(vmid) the task must be pipelined (the C(trainops.pct_launch.pct) connection pipelines by default;
+      - The task must be pipelined (the C(trainops.pct_launch.pct) connection pipelines by default;
         elsewhere set C(ansible_pipelining=true)), because without pipelining Ansible writes the module with its arguments
         to a file on the target first, so the action plugin refuses O(env) there and starts nothing.
       - On the target the values are written only to C(RUN_DIR/env) (mode 0600, in C(/run), a tmpfs on most systems),
@@ -82,12 +78,12 @@ options:
     type: str
   user:
     description:
-      - Run the job as this user of the container (with C(setpriv --reuid --regid --init-groups) when available,
+      - Run the job as this user of the target (with C(setpriv --reuid --regid --init-groups) when available,
         else C(su -m -s /bin/sh)). The log is owned by this user. Default is root.
     type: str
   log_path:
     description:
-      - Absolute path of the job's log inside the container. Its directory must exist. It must not contain a newline.
+      - Absolute path of the job's log on the target. Its directory must exist. It must not contain a newline.
       - Required when O(state) is V(started) or V(restarted).
     type: str
   log_mode:
@@ -124,12 +120,6 @@ options:
       - Seconds to wait after O(stop_signal) before sending C(SIGKILL).
     type: int
     default: 30
-  timeout:
-    description:
-      - Seconds the C(pct exec) call may take, in addition to the time stopping may take (twice O(stop_timeout)).
-      - Used only with O(vmid).
-    type: int
-    default: 120
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -149,16 +139,9 @@ attributes:
     support: full
     details:
       - Except for O(state=restarted), which always restarts the job.
-  platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
-requirements:
-  - Runs on a Proxmox VE node (root, C(pct)).
-  - In the container, a POSIX C(sh), C(tmux) (any version since 2.0), C(awk) and C(setsid) (util-linux or busybox).
 notes:
-  - A container restart ends all tmux sessions in it; the log then lacks its trailer and C(LOG.exit) is missing.
-  - The wrapper writes the exit record twice, to C(/run/trainops/NAME/exit) (always writable, lost at a reboot) and
+  - A restart of the target (a container restart) ends all tmux sessions in it; the log then lacks its trailer and C(LOG.exit) is missing.
+  - The job's parent writes the exit record twice, to C(/run/trainops/NAME/exit) (always writable, lost at a reboot) and
     to C(LOG.exit) (kept); when the log's file system is full only the first exists, and the exit status is read from it.
 seealso:
   - module: trainops.pct_launch.tmux_session_info
@@ -205,18 +188,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-vmid:
-  description: The container's VMID given in O(vmid); null without it.
-  returned: always
-  type: int
-  sample: 201
 session_name:
   description: The tmux session name.
   returned: always
   type: str
   sample: train-resnet
 log_path:
-  description: The job's log inside the container.
+  description: The job's log on the target.
   returned: always
   type: str
   sample: /srv/train/logs/train-resnet.log
@@ -226,7 +204,7 @@ rotated_log:
   type: str
   sample: /srv/train/logs/train-resnet.log.1
 pane_pid:
-  description: PID (in the container) of the process in the session's pane, the wrapper of the job; null when none runs.
+  description: PID (on the target) of the process in the session's pane, the job's parent; null when none runs.
   returned: always
   type: int
   sample: 4242
@@ -236,7 +214,7 @@ started_at:
   type: str
   sample: "2025-01-31T12:00:00Z"
 tmux_version:
-  description: Version of tmux in the container, null when it is not installed.
+  description: Version of tmux on the target, null when it is not installed.
   returned: always
   type: str
   sample: 3.3a
@@ -278,15 +256,12 @@ import dataclasses
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, detail, run_in_container
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec, SpecError, build_program, parse_output, spec_from_params
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sh import ERROR_STATUS
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import LaunchFailed, failure, result, what_failed
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, spec_from_params
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result
 
 ARGUMENT_SPEC = dict(
-    vmid=dict(type="int"),
     session_name=dict(type="str", required=True),
     command=dict(type="str"),
     argv=dict(type="list", elements="str"),
@@ -300,39 +275,11 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
     stop_signal=dict(type="str", choices=["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"], default="TERM"),
     stop_timeout=dict(type="int", default=30),
-    pct_path=dict(type="str", default="pct"),
-    timeout=dict(type="int", default=120),
 )
 
 
-def _on_target(module: AnsibleModule, spec: LaunchSpec) -> dict[str, str]:
-    facts: dict[str, str] = {}
-    try:
-        facts = launch(spec, check_mode=module.check_mode)
-    except JobError as exc:
-        found = dict(exc.facts, error=exc.code, message=str(exc))
-        error: LaunchFailed = failure(spec, ERROR_STATUS.get(exc.code, 1), found, "", str(exc))
-        module.fail_json(msg=str(error), error=error.code, session_name=spec.session_name)
-    return facts
-
-
-def _through_pct(module: AnsibleModule, spec: LaunchSpec) -> dict[str, str]:
-    params = module.params
-    program = build_program(spec, check_mode=module.check_mode)
-    try:
-        rc, out, err = run_in_container(module, spec.vmid, program, pct_path=params["pct_path"],
-                                        timeout=params["timeout"] + 2 * spec.stop_timeout)
-    except PctError as exc:
-        module.fail_json(msg=exc.message(what_failed(spec)), rc=exc.rc, stderr=exc.stderr)
-    facts = parse_output(out)
-    if rc != 0:
-        error: LaunchFailed = failure(spec, rc, facts, err, detail(err))
-        module.fail_json(msg=str(error), rc=rc, error=error.code, stderr=err, vmid=spec.vmid, session_name=spec.session_name)
-    return facts
-
-
 def main() -> None:
-    """Run the module."""
+    """Run the module: validate the options, then launch, stop or restart on this host."""
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=[("command", "argv")],
@@ -340,17 +287,16 @@ def main() -> None:
                      ("state", "started", ("log_path",)), ("state", "restarted", ("log_path",))],
         supports_check_mode=True,
     )
-    params = module.params
     try:
-        spec = spec_from_params(params)
+        spec = spec_from_params(module.params)
     except SpecError as exc:
         module.fail_json(msg=str(exc))
-    if params["timeout"] <= 0:
-        module.fail_json(msg=f"Invalid timeout {params['timeout']}: use a positive number of seconds")
-    if spec.vmid is None:
-        facts = _on_target(module, dataclasses.replace(spec, run_root=run_root()))
-    else:
-        facts = _through_pct(module, spec)
+    spec = dataclasses.replace(spec, run_root=run_root())
+    try:
+        facts = launch(spec, check_mode=module.check_mode)
+    except JobError as exc:
+        error = failure(spec, exc.code, dict(exc.facts, error=exc.code), str(exc))
+        module.fail_json(msg=str(error), error=error.code, session_name=spec.session_name)
     outcome = result(spec, facts, module.check_mode)
     if not module._diff:
         outcome.pop("diff")

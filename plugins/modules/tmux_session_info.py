@@ -7,24 +7,22 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: tmux_session_info
-short_description: Report the tmux sessions of the target host or of a Proxmox VE container, and the state of their jobs
+short_description: Report the tmux sessions of the target host (a Proxmox VE container, a server) and the state of their jobs
 version_added: 0.1.0
 author:
   - trainops contributors (!UNKNOWN)
 description:
-  - Reports the tmux sessions of the host the task targets (without O(vmid)) or of Proxmox VE LXC container O(vmid),
-    the ones launched by M(trainops.pct_launch.tmux_session) and any other tmux session, or one session (O(session_name)).
-  - Without O(vmid) (recommended) the module runs on its target like any module (a container through the
-    C(trainops.pct_launch.pct) connection, an C(ssh) host, C(localhost)) and needs Python 3.7 or later there.
+  - Reports the tmux sessions of the host the task targets, the ones launched by M(trainops.pct_launch.tmux_session)
+    and any other tmux session, or one session (O(session_name)).
+  - The module runs on its target like any module (a Proxmox VE container through the C(trainops.pct_launch.pct)
+    connection, one C(pct exec) per task; an C(ssh) host; C(localhost)) and needs Python 3.7 or later there.
   - Each session has a RV(sessions[].state) as docs/launch-protocol.md of the collection defines it, its pane process,
     command, start time, exit status and end time when it finished, and the last O(lines) lines of its log.
   - Sessions of M(trainops.pct_launch.tmux_session) that are no longer in tmux are found through
-    C(/run/trainops/NAME/log_path) in the container (gone after a container restart), or with O(session_name) and O(log_path).
-  - With O(vmid) (the earlier interface, kept for now) it runs on the Proxmox node and makes exactly one
-    C(pct exec VMID -- /bin/sh -s) per call, never with a terminal; it needs only a POSIX sh, C(awk) and C(tail) in the container.
-  - When tmux is not installed in the container or no tmux server runs, the result lists no running session; this is not an error.
+    C(/run/trainops/NAME/log_path) on the target (gone after a restart of the target), or with O(session_name) and O(log_path).
+  - When tmux is not installed or no tmux server runs, the result lists no running session; this is not an error.
 extends_documentation_fragment:
-  - trainops.pct_launch.pct_exec
+  - trainops.pct_launch.on_target
 options:
   session_name:
     description:
@@ -33,8 +31,9 @@ options:
     type: str
   log_path:
     description:
-      - Absolute path of the log of O(session_name) inside the container, used when the session is no longer in tmux.
+      - Absolute path of the log of O(session_name) on the target, used when the session is no longer in tmux.
       - While the session runs, its C(@trainops_log) tmux option gives the log path.
+      - Requires O(session_name).
     type: str
   lines:
     description:
@@ -105,7 +104,7 @@ sessions:
       description: Whether M(trainops.pct_launch.tmux_session) launched it (it has C(@trainops_log)).
       type: bool
     pane_pid:
-      description: PID (inside the container) of the pane process while V(running), else null.
+      description: PID (on the target) of the pane process while V(running), else null.
       type: int
       sample: 4242
     command:
@@ -120,7 +119,7 @@ sessions:
       description:
         - Exit status when V(finished) (128+N when killed by signal N), else null.
         - From C(LOG.exit); when that is missing or empty (the log's file system was full when the job ended), from
-          C(/run/trainops/NAME/exit), the copy the wrapper keeps, if the session's last launch wrote that log.
+          C(/run/trainops/NAME/exit), the copy the job's parent keeps, if the session's last launch wrote that log.
       type: int
       sample: 0
     ended_at:
@@ -130,7 +129,7 @@ sessions:
       description: V(trainops) when M(trainops.pct_launch.tmux_session) had to stop the job, else null.
       type: str
     log_path:
-      description: The log inside the container, when known.
+      description: The log on the target, when known.
       type: str
       sample: /workspace/train.log
     log_size:
@@ -150,45 +149,26 @@ session:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, detail, run_in_container
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_report import (
-    INFO_ARGUMENT_SPEC,
-    build_info_program,
-    check_info_options,
-    session_entry,
-    sessions_from_output,
-)
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import report
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import check_info_options, report, session_entry
 
-PCT_TIMEOUT = 120
+ARGUMENT_SPEC = dict(
+    session_name=dict(type="str"),
+    log_path=dict(type="str"),
+    lines=dict(type="int", default=20),
+)
 
 
 def main() -> None:
-    """Report the sessions with one pct exec."""
-    module = AnsibleModule(argument_spec=INFO_ARGUMENT_SPEC, supports_check_mode=True)
+    """Report the sessions of this host (it only reads)."""
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_by={"log_path": "session_name"}, supports_check_mode=True)
     params = module.params
     errors = check_info_options(params)
     if errors:
         module.fail_json(msg="; ".join(errors))
-    if params["vmid"] is None:
-        tmux, facts = report(params["session_name"], params["log_path"], params["lines"])
-        _finish(module, tmux, [session_entry(one) for one in facts])
-    what = f"Cannot report tmux session {params['session_name']} in" if params["session_name"] else "Cannot report the tmux sessions of"
-    program = build_info_program(params["session_name"], params["log_path"], params["lines"])
-    try:
-        rc, out, err = run_in_container(module, params["vmid"], program, pct_path=params["pct_path"], timeout=PCT_TIMEOUT)
-    except PctError as exc:
-        module.fail_json(msg=exc.message(what), rc=exc.rc)
-    tmux, sessions, complete = sessions_from_output(out)
-    if rc != 0 or not complete:
-        cause = detail(err) or "no error output"
-        module.fail_json(msg=f"{what} container {params['vmid']}: the report program failed (exit status {rc}): {cause}", rc=rc, stdout=out, stderr=err)
-    _finish(module, tmux, sessions)
-
-
-def _finish(module: AnsibleModule, tmux: str, sessions: list) -> None:
+    tmux, found = report(params["session_name"], params["log_path"], params["lines"])
+    sessions = [session_entry(facts) for facts in found]
     result = {"changed": False, "tmux": tmux, "sessions": sessions}
-    if module.params["session_name"]:
+    if params["session_name"]:
         result["session"] = sessions[0] if sessions else None
     module.exit_json(**result)
 

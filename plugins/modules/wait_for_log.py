@@ -7,31 +7,25 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: wait_for_log
-short_description: Wait until a job proves in its log that it started, on the target host or in a Proxmox VE container
+short_description: Wait until a job proves in its log that it started, on the target host (a Proxmox VE container, a server)
 version_added: 0.1.0
 author:
   - trainops contributors (!UNKNOWN)
 description:
   - Waits until the log of a job launched in a tmux session (for example by M(trainops.pct_launch.tmux_session))
     shows that the job really started, and fails fast with the job's exit status when the job dies first.
-  - Without O(vmid) (recommended) the module runs on the host the task targets, where the log is (a Proxmox VE
-    container reached with the C(trainops.pct_launch.pct) connection, an C(ssh) host or C(localhost)); it needs
-    Python 3.7 or later there, and the patterns are Python regular expressions.
-  - With O(vmid) (the earlier interface, kept for now) it runs on the Proxmox node (the inventory host, or the host
-    given with C(delegate_to)) and reaches the container with C(pct exec VMID -- /bin/sh -s), never with a terminal,
-    the program on standard input.
+  - The module runs on the host the task targets, where the log is (a Proxmox VE container reached with the
+    C(trainops.pct_launch.pct) connection, an C(ssh) host or C(localhost)); it needs Python 3.7 or later there.
   - The waiting loop runs on the target, so a wait costs one module run (one C(pct exec)) per chunk of up to 10 seconds,
     not one per poll. A healthy job whose O(pattern) appears within the first chunk costs exactly one C(pct exec).
     The action plugin runs chunks until the verdict or O(timeout), printing a progress line after each chunk.
   - The log is read incrementally (each byte once) and only whole lines are matched.
-    The protocol lines the launch wrapper writes (header and trailer, starting with C(### trainops.pct_launch:)) never match.
+    The protocol lines the job's parent writes (header and trailer, starting with C(### trainops.pct_launch:)) never match.
   - Verdicts (RV(verdict)) are V(started) (success), V(died) (the session ended, or C(LOG.exit) appeared, before the
     pattern; reported within one poll interval O(sleep) whatever O(timeout) is), V(fail_pattern) and V(timeout).
-  - With O(vmid) and no python3 in the container, the loop falls back to POSIX sh and C(grep -E)
-    (POSIX extended regular expressions, C(\\d) translated to C([0-9])) and warns.
-  - Regular expressions are checked on the controller before any C(pct exec) is run.
+  - O(pattern) and O(fail_pattern) are Python regular expressions (module C(re)), checked on the controller before anything runs on the target.
 extends_documentation_fragment:
-  - trainops.pct_launch.pct_exec
+  - trainops.pct_launch.on_target
 options:
   session_name:
     description:
@@ -43,7 +37,7 @@ options:
     type: str
   log_path:
     description:
-      - Absolute path of the job's log inside the container. C(LOG.exit) next to it carries the exit status.
+      - Absolute path of the job's log on the target. C(LOG.exit) next to it carries the exit status.
     type: str
   pattern:
     description:
@@ -63,7 +57,7 @@ options:
     default: 600
   sleep:
     description:
-      - Poll interval inside the container in seconds, more than V(0) and at most V(1).
+      - Poll interval on the target in seconds, more than V(0) and at most V(1).
     type: float
     default: 0.5
   tail_lines:
@@ -89,7 +83,7 @@ options:
         too (any end but exit status V(0); a job that finishes with V(0) is done, not failed). It returns as soon as
         no member waits any more.
       - Waiting still costs one C(pct exec) per chunk. A member's chunk running when the fleet fails is abandoned
-        and ends by itself in the container.
+        and ends by itself on the target.
       - 1 to 128 characters of C([A-Za-z0-9_.-]); use a new one for each launch. C(playbooks/launch.yml) sets it
         for a multi-node job and for any launch with C(job_all_or_nothing).
     type: str
@@ -125,7 +119,7 @@ notes:
     C(@trainops_proven)), so that M(trainops.pct_launch.tmux_session) returns RV(trainops.pct_launch.tmux_session#module:proven=true)
     for it and C(playbooks/launch.yml) does not prove it again.
   - When C(LOG.exit) is missing or empty (the log's file system was full when the job ended), the exit status is read from
-    C(/run/trainops/NAME/exit), the copy the wrapper keeps, if the session's last launch wrote that log.
+    C(/run/trainops/NAME/exit), the copy the job's parent keeps, if the session's last launch wrote that log.
 """
 
 EXAMPLES = r"""
@@ -213,11 +207,11 @@ session_alive:
   returned: always
   type: bool
 tmux_missing:
-  description: Whether tmux is missing in the container.
+  description: Whether tmux is missing on the target.
   returned: always
   type: bool
 pane_pid:
-  description: PID (inside the container) of the session's pane process, while it is alive.
+  description: PID (on the target) of the session's pane process, while it is alive.
   returned: always
   type: int
 exit_status:
@@ -247,11 +241,6 @@ proof_recorded:
   returned: always
   type: bool
   sample: true
-engine:
-  description: V(python3), or V(sh) when the container has no python3 and C(grep -E) matched the patterns.
-  returned: always
-  type: str
-  sample: python3
 pct_calls:
   description: How many C(pct exec) calls the wait made (one per chunk).
   returned: always
@@ -289,67 +278,27 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import poll
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import (
     ARGUMENT_SPEC,
-    PCT_MARGIN,
     REQUIRED_ONE_OF,
-    build_poll_program,
     check_options,
     message,
-    parse_poll_output,
     poll_parameters,
-    program_failure,
     result_from_facts,
-    stopped_message,
 )
-from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import poll
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import PctError, container_status, run_in_container
-
-STATUS_TRIES = 3
-SH_WARNING = ("Container {vmid} has no python3: patterns were matched with grep -E (POSIX extended regular expressions) "
-              "instead of Python's re; install python3 in the container for exact Python semantics")
-
-
-def container_stopped(module: AnsibleModule, params: dict, rc: int) -> bool:
-    """Whether the container stopped: asked again for a few seconds when the program was killed (a stop in progress)."""
-    for attempt in range(STATUS_TRIES if rc > 128 else 1):
-        if attempt:
-            time.sleep(1)
-        if container_status(module, params["vmid"], params["pct_path"]) == "stopped":
-            return True
-    return False
 
 
 def main() -> None:
-    """Run one chunk of waiting in the container and report the verdict."""
+    """Run one chunk of waiting on this host and report the verdict (check mode records no proof)."""
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, supports_check_mode=True)
     params = module.params
     errors = check_options(params)
     if errors:
         module.fail_json(msg="; ".join(errors))
     started = time.monotonic()
-    if params["vmid"] is None:
-        facts = poll(poll_parameters(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"]))
-        _finish(module, params, result_from_facts(facts, time.monotonic() - started))
-    program = build_poll_program(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"])
-    try:
-        rc, out, err = run_in_container(module, params["vmid"], program, pct_path=params["pct_path"],
-                                        timeout=params["timeout"] + PCT_MARGIN)
-    except PctError as exc:
-        module.fail_json(msg=exc.message(f"Cannot wait for {params.get('session_name') or params.get('log_path')} in"), rc=exc.rc)
-    failure = program_failure(rc, out, err, params)
-    if failure and container_stopped(module, params, rc):
-        failure = stopped_message(params)
-    if failure:
-        module.fail_json(msg=failure, rc=rc, stdout=out, stderr=err)
-    result = result_from_facts(parse_poll_output(out), time.monotonic() - started)
-    if result["engine"] == "sh":
-        module.warn(SH_WARNING.format(vmid=params["vmid"]))
-    _finish(module, params, result)
-
-
-def _finish(module: AnsibleModule, params: dict, result: dict) -> None:
-    """Exit with the chunk's verdict: ``started`` succeeds, any other fails (the action plugin decides on timeouts)."""
+    facts = poll(poll_parameters(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"]))
+    result = result_from_facts(facts, time.monotonic() - started)
     if result["verdict"] == "started":
         module.exit_json(changed=False, msg=message(result, params), **result)
     module.fail_json(msg=message(result, params), **result)

@@ -25,8 +25,10 @@ import shlex
 import shutil
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import VMID_MAX, VMID_MIN
 
+# Proxmox VE VMIDs (pve-container: 100 to 999999999), defined here only.
+VMID_MIN = 100
+VMID_MAX = 999_999_999
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONTAINER_SHELL = "/bin/sh"
 # Script for put_file: $1 is the destination; a redirect is safe for names with leading dashes.
