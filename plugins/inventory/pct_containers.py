@@ -180,6 +180,8 @@ from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
     clean_environment,
+    config_batch_argv,
+    list_argv,
     printable,
     resolve_local_pct,
 )
@@ -191,11 +193,9 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_inventory
     NodeSpec,
     PctInventoryError,
     check_host_name_format,
-    config_batch_argv,
     connection_vars,
     container_vars,
     host_name,
-    list_argv,
     node_command,
     node_group,
     parse_nodes,

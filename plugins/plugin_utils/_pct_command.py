@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Build every command line of the ``trainops.pct_launch.pct`` connection plugin.
 
-Controller-only. This module is the single place where argv lists for ``pct exec``
-(and, when the Proxmox node is remote, for ``ssh``) are assembled.
+Controller-only. This module is the single place where argv lists for ``pct`` (``exec`` for the
+connection, ``list`` and ``config`` for the inventory) and, when the Proxmox node is remote, for
+``ssh`` are assembled.
 
 Rules kept here:
 
@@ -31,9 +32,19 @@ VMID_MIN = 100
 VMID_MAX = 999_999_999
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONTAINER_SHELL = "/bin/sh"
+NODE_SHELL = "/bin/sh"
 # Script for put_file: $1 is the destination; a redirect is safe for names with leading dashes.
 PUT_SCRIPT = 'cat > "$1"'
 LANG = "C.UTF-8"
+# One ssh call for every config of a node: $1 is a marker no config line can equal, $2 the pct program.
+# A failed `pct config` is reported with its exit status; its message goes to stderr.
+CONFIG_BATCH_SCRIPT = """m=$1 pct=$2
+shift 2
+for id do
+  printf '\\n%s %s\\n' "$m" "$id"
+  "$pct" config "$id" || printf '\\n%s %s failed %s\\n' "$m" "$id" "$?"
+done"""
+
 
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -188,3 +199,13 @@ def resolve_local_pct(pct_path: str) -> str | None:
 def printable(argv: t.Sequence[str]) -> str:
     """argv as a shell-quoted line that can be logged even with undecodable bytes."""
     return shlex.join(argv).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def list_argv(pct_path: str) -> list[str]:
+    """``pct list`` as run on the node."""
+    return [pct_path, "list"]
+
+
+def config_batch_argv(pct_path: str, vmids: t.Sequence[int], marker: str) -> list[str]:
+    """One process on the node running ``pct config`` for every VMID (``CONFIG_BATCH_SCRIPT``)."""
+    return [NODE_SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", marker, pct_path, *(str(vmid) for vmid in vmids)]

@@ -33,16 +33,6 @@ HOST_NAME_FIELDS = ("vmid", "hostname", "node")
 DEFAULT_HOST_NAME_FORMAT = "ct{vmid}"
 GROUP_PREFIX = "pct_"
 NODE_KEYS = ("name", "node_user", "ssh_args", "ssh_executable", "pct_path", "timeout")
-SHELL = "/bin/sh"
-# One ssh call for every config of a node: $1 is a marker no config line can equal, $2 the pct program.
-# A failed `pct config` is reported with its exit status; its message goes to stderr.
-CONFIG_BATCH_SCRIPT = """m=$1 pct=$2
-shift 2
-for id do
-  printf '\\n%s %s\\n' "$m" "$id"
-  "$pct" config "$id" || printf '\\n%s %s failed %s\\n' "$m" "$id" "$?"
-done"""
-
 # `pct list`: printf("%-10s %-10s %-12s %-20s\n", VMID, Status, Lock, Name); nothing at all without containers.
 _LOCK_COLUMN = 22
 _NAME_COLUMN = 35
@@ -246,16 +236,6 @@ def split_config_batch(text: str, marker: str, vmids: t.Sequence[int]) -> tuple[
 
 
 # --- commands -------------------------------------------------------------------------------------
-
-
-def list_argv(pct_path: str) -> list[str]:
-    """``pct list`` as run on the node."""
-    return [pct_path, "list"]
-
-
-def config_batch_argv(pct_path: str, vmids: t.Sequence[int], marker: str) -> list[str]:
-    """One process on the node running ``pct config`` for every VMID (``CONFIG_BATCH_SCRIPT``)."""
-    return [SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", marker, pct_path, *(str(vmid) for vmid in vmids)]
 
 
 def node_command(spec: NodeSpec, argv: t.Sequence[str]) -> list[str]:
