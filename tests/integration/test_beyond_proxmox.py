@@ -92,7 +92,7 @@ def lifecycle(host: Host) -> None:
     rc, out, results = host.playbook("launch.yml")
     assert rc == 0, out
     launch, proof = host.result(results, LAUNCH), host.result(results, HANDLER)
-    assert launch["changed"] and launch["state"] == "running" and launch["vmid"] is None, launch
+    assert launch["changed"] and launch["state"] == "running" and "vmid" not in launch, launch
     assert proof["verdict"] == "started" and proof["matched_line"].startswith("step "), proof
     assert f"{host.session} in host {host.name}: started" in out, out
     assert host.alive()

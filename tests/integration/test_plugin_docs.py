@@ -138,25 +138,29 @@ def test_doc_text(doc_type: str, fqcn: str) -> None:
 
 
 def test_module_defaults_reach_every_module_through_the_action_group(tmp_path: pathlib.Path) -> None:
-    """meta/runtime.yml's action group pct_launch: one module_defaults entry sets pct_path for all three modules."""
+    """meta/runtime.yml's action group pct_launch: one module_defaults entry sets session_name for all three modules.
+
+    Runs on localhost (the modules run on their target): a session of that name does not exist, so the report
+    says absent, the stop has nothing to do and the wait fails naming the session.
+    """
     modules = sorted(name for doc_type, name in PLUGINS if doc_type == "module")
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text(encoding="utf-8"))
     assert sorted(f"{COLLECTION}.{name}" for name in runtime["action_groups"]["pct_launch"]) == modules
-    missing = tmp_path / "no-such-pct"
-    tasks = [{"name": f"{COLLECTION}.{name}", f"{COLLECTION}.{name}": args, "register": name, "ignore_errors": True}
-             for name, args in (("tmux_session_info", {"vmid": 200}),
-                                ("tmux_session", {"vmid": 200, "session_name": "t", "state": "stopped"}),
-                                ("wait_for_log", {"vmid": 200, "session_name": "t", "timeout": 1}))]
-    play = [{"hosts": "localhost", "gather_facts": False, "module_defaults": {f"group/{COLLECTION}.pct_launch": {"pct_path": str(missing)}},
-             "tasks": tasks + [{"name": "Write the messages", "ansible.builtin.copy": {
-                 "content": "{{ [tmux_session_info.msg, tmux_session.msg, wait_for_log.msg] | to_json }}",
-                 "dest": str(tmp_path / "messages.json"), "mode": "0600"}}]}]
+    name = f"defaults-{os.getpid()}"
+    tasks = [{"name": f"{COLLECTION}.{module}", f"{COLLECTION}.{module}": args, "register": module, "ignore_errors": True}
+             for module, args in (("tmux_session_info", {}), ("tmux_session", {"state": "stopped"}), ("wait_for_log", {"timeout": 1}))]
+    play = [{"hosts": "localhost", "gather_facts": False, "module_defaults": {f"group/{COLLECTION}.pct_launch": {"session_name": name}},
+             "tasks": tasks + [{"name": "Write the results", "ansible.builtin.copy": {
+                 "content": "{{ [tmux_session_info, tmux_session, wait_for_log] | to_json }}",
+                 "dest": str(tmp_path / "results.json"), "mode": "0600"}}]}]
     playbook = tmp_path / "defaults.yml"
     playbook.write_text(yaml.safe_dump(play), encoding="utf-8")
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
     proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
                            str(playbook)], env=env, capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL, check=False)
-    assert (tmp_path / "messages.json").is_file(), proc.stdout + proc.stderr
-    messages = json.loads((tmp_path / "messages.json").read_text(encoding="utf-8"))
-    assert len(messages) == 3 and all(str(missing) in str(msg) for msg in messages), messages
+    assert (tmp_path / "results.json").is_file(), proc.stdout + proc.stderr
+    info, stop, wait = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert info["session"]["name"] == name and info["session"]["state"] == "absent", info
+    assert stop["session_name"] == name and not stop["changed"] and stop["state"] == "absent", stop
+    assert wait["failed"] and f"session {name}" in wait["msg"], wait
