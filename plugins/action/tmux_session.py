@@ -3,6 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin of ``trainops.pct_launch.tmux_session``: keeps ``env`` values off the target's disk.
 
+On a container of the pct connection (a host with ``pct_vmid``) its failure messages name the
+container (``container VMID``) instead of the host name the module sees inside it.
+
 Without pipelining Ansible copies each module, its arguments included, into a file in the target's
 temporary folder before it runs it. A task with ``env`` is
 therefore refused unless it is pipelined, before anything is sent; everything else runs the module
@@ -33,4 +36,13 @@ class ActionModule(NormalAction):
         if args.get("env") and not self._is_pipelining_enabled("new", wrap_async=bool(self._task.async_val)):
             host = str((task_vars or {}).get("inventory_hostname", "the target"))
             return {"failed": True, "changed": False, "msg": unpipelined_env_message(args, host)}
-        return super().run(tmp, task_vars)
+        result = super().run(tmp, task_vars)
+        return name_the_container(result, (task_vars or {}).get("pct_vmid"))
+
+
+def name_the_container(result: dict[str, t.Any], vmid: t.Any) -> dict[str, t.Any]:
+    """``... in host CT241: cause`` becomes ``... in container 241: cause`` for a host with ``pct_vmid``."""
+    target = result.pop("target", None)
+    if isinstance(target, str) and vmid is not None and isinstance(result.get("msg"), str):
+        result["msg"] = result["msg"].replace(f" in {target}: ", f" in container {vmid}: ", 1)
+    return result

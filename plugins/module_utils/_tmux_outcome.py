@@ -82,7 +82,7 @@ def failure(spec: LaunchSpec, code: str, facts: dict[str, str], cause: str) -> L
     """The error for a launch step that failed with error ``code`` (docs/launch-protocol.md) and message ``cause``."""
     prefix = f"{what_failed(spec)} {where()}: "
     if code == "tmux_missing":
-        return LaunchFailed(prefix + "tmux is not installed on this host: apply role trainops.pct_launch.tmux", code)
+        return LaunchFailed(prefix + "tmux is not installed there: apply role trainops.pct_launch.tmux", code)
     if code == "spec_conflict":
         return LaunchFailed(conflict_message(spec, facts), code)
     return LaunchFailed(prefix + f"{cause or code}; {_FIX.get(code, 'nothing was changed')}", code)

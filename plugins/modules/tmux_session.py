@@ -105,7 +105,7 @@ options:
     description:
       - V(started) starts the job unless a session of that name runs it already.
       - V(stopped) stops the job (see O(stop_signal)) and ends the session; nothing happens when none runs.
-      - V(restarted) stops the running job, if any, and starts it again, in the same C(pct exec) call.
+      - V(restarted) stops the running job, if any, and starts it again, in the same task (one C(pct exec) on a container).
     type: str
     choices: [started, stopped, restarted]
     default: started
@@ -259,7 +259,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target im
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, spec_from_params
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result, where
 
 ARGUMENT_SPEC = dict(
     session_name=dict(type="str", required=True),
@@ -296,7 +296,8 @@ def main() -> None:
         facts = launch(spec, check_mode=module.check_mode)
     except JobError as exc:
         error = failure(spec, exc.code, dict(exc.facts, error=exc.code), str(exc))
-        module.fail_json(msg=str(error), error=error.code, session_name=spec.session_name)
+        # target: the words naming this host in msg, which the action plugin replaces with the container's VMID
+        module.fail_json(msg=str(error), error=error.code, session_name=spec.session_name, target=where())
     outcome = result(spec, facts, module.check_mode)
     if not module._diff:
         outcome.pop("diff")
