@@ -18,6 +18,8 @@ import typing as t
 
 from ansible.plugins.action.normal import ActionModule as NormalAction
 
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
+
 
 def unpipelined_env_message(args: t.Mapping[str, t.Any], host: str) -> str:
     """The error for ``env`` values that would be written to the target's disk."""
@@ -37,7 +39,12 @@ class ActionModule(NormalAction):
             host = str((task_vars or {}).get("inventory_hostname", "the target"))
             return {"failed": True, "changed": False, "msg": unpipelined_env_message(args, host)}
         result = super().run(tmp, task_vars)
-        return name_the_container(result, (task_vars or {}).get("pct_vmid"))
+        task_vars = task_vars or {}
+        if not module_answered(result):  # no Python on the target, for example
+            where = f"container {task_vars['pct_vmid']}" if task_vars.get("pct_vmid") is not None else f"host {task_vars.get('inventory_hostname')}"
+            result["msg"] = f"Cannot run session {args.get('session_name')} in {where}: {module_failure_cause(result)}"
+            return result
+        return name_the_container(result, task_vars.get("pct_vmid"))
 
 
 def name_the_container(result: dict[str, t.Any], vmid: t.Any) -> dict[str, t.Any]:

@@ -31,9 +31,11 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     check_options,
     message,
     reason,
+    subject,
     where,
 )
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import fleet_id_error
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_wait import (
     NEVER,
     FleetMember,
@@ -157,6 +159,8 @@ class ActionModule(ActionBase):
             res["reason"] = reason(res, args)
             # ansible-core 2.19+ keeps the module's own failure summary (with the chunk's msg) here
             res.pop("exception", None)
+        elif not module_answered(res):  # no Python on the target, for example
+            res["msg"] = f"Cannot wait for {subject(args)}: {module_failure_cause(res)}"
         if member is not None and res.get("failed"):
             res["fleet_first"] = member.post(res)
         elif member is not None and res.get("verdict") == "started":

@@ -165,8 +165,12 @@ def _become(user: str | None) -> tuple[str, t.Callable[[], None] | None]:
 
 
 def _log_line(log: t.BinaryIO, text: str) -> None:
-    log.write((text + "\n").encode("utf-8", "surrogateescape"))
-    log.flush()
+    """One protocol line in the log; a full (or failing) file system loses the line, never the exit record."""
+    try:
+        log.write((text + "\n").encode("utf-8", "surrogateescape"))
+        log.flush()
+    except OSError:
+        pass
 
 
 def start_job(job: t.Mapping[str, t.Any], run_dir: str, log: t.BinaryIO) -> subprocess.Popen | int:

@@ -160,7 +160,10 @@ def poll(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         facts["proof_recorded"] = "1" if watch.mark_proven() else "0"
     facts.update(verdict=verdict, session=watch.state, log_exists="0" if size is None else "1", exit=record or {})
     running = watch.state == "alive" and verdict != "died"
-    facts["state"] = session_state(running, watch.log, watch.run_dir, in_tmux=watch.state == "ended") if watch.session else "unknown"
+    if watch.session:
+        facts["state"] = session_state(running, watch.log, watch.run_dir, in_tmux=watch.state == "ended")
+    else:  # a log without a session: only its exit record can tell
+        facts["state"] = "finished" if record else "unknown"
     if size is not None:
         facts["log_size"] = str(size)
     if watch.state == "alive" and watch.pid is not None:

@@ -3,8 +3,7 @@
 """Start, stop and restart a job in a detached tmux session on the host the module runs on.
 
 ``launch(spec, check_mode)`` is ``tmux_session`` on its target: preflight, lock, probe, then the
-action, returning the facts ``_tmux_outcome`` turns into the result (the same keys the in-container
-sh program of the ``vmid`` path prints). It raises ``JobError`` with the protocol's error code.
+action, returning the facts ``_tmux_outcome`` turns into the result. It raises ``JobError`` with the protocol's error code.
 The job's parent in the pane is ``_job_parent.py``, copied to ``RUN_DIR/parent.py`` at each start.
 """
 

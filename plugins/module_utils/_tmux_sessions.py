@@ -108,9 +108,12 @@ def check_info_options(params: t.Mapping[str, t.Any]) -> list[str]:
 
 def to_int(value: str | None) -> int | None:
     """An integer fact, or None when missing or not a number."""
-    if value is None or not value.strip().lstrip("-").isdigit():
+    if value is None or not value.strip().lstrip("-").isascii():
         return None
-    return int(value.strip())
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
 
 
 def _epoch_to_iso(value: str | None) -> str | None:

@@ -3,7 +3,8 @@
 """Unit tests for the action plugin of trainops.pct_launch.wait_for_log: option checks and the chunk loop.
 
 ``_execute_module`` is replaced by a script of module results, so these tests count module calls (one
-``pct exec`` each) and check what is passed from chunk to chunk and what is printed.
+``pct exec`` each on a container) and check what is passed from chunk to chunk and what is printed. A
+container is a host with the host variable ``pct_vmid`` (``CT250``); the module has no option naming one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def chunk_result(verdict: str, offset: int = 0, **extra: t.Any) -> dict[str, t.A
     result = {"verdict": verdict, "offset": offset, "log_tail": ["x"], "log_path": "/w/t.log", "log_exists": True,
               "log_size": offset, "session_state": "running", "session_alive": True, "tmux_missing": False,
               "pane_pid": 5, "exit_status": None, "ended_at": None, "stopped_by": None, "process_tree": [],
-              "matched_line": None, "elapsed": 0.1, "engine": "python3", "pct_calls": 1, "msg": "chunk msg"}
+              "matched_line": None, "elapsed": 0.1, "pct_calls": 1, "msg": "chunk msg"}
     if verdict != "started":
         result.update(failed=True, exception="module summary")
     result.update(extra)
@@ -100,9 +101,12 @@ def shown(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return lines
 
 
+CT250 = {"inventory_hostname": "ct250", "pct_vmid": 250}
+
+
 def test_healthy_job_is_one_call(shown: list[str]) -> None:
     script = Script([chunk_result("started", 120, matched_line="Epoch 1")])
-    result = make_action({"vmid": 250, "session_name": "train", "pattern": "Epoch"}, script).run(task_vars={"inventory_hostname": "pve"})
+    result = make_action({"session_name": "train", "pattern": "Epoch"}, script).run(task_vars=dict(CT250))
     assert len(script.args) == 1 and script.names == ["trainops.pct_launch.wait_for_log"]
     assert result["verdict"] == "started" and result["pct_calls"] == 1 and not result.get("failed")
     assert result["msg"].startswith("Job started in session train in container 250: pattern 'Epoch' matched after")
@@ -111,17 +115,17 @@ def test_healthy_job_is_one_call(shown: list[str]) -> None:
 
 def test_chunks_carry_offset_and_print_progress(shown: list[str]) -> None:
     script = Script([chunk_result("timeout", 10), chunk_result("timeout", 25), chunk_result("started", 40, matched_line="go")])
-    result = make_action({"vmid": 250, "session_name": "train", "timeout": 600}, script).run(task_vars={"inventory_hostname": "pve"})
+    result = make_action({"session_name": "train", "timeout": 600}, script).run(task_vars=dict(CT250))
     assert [a["offset"] for a in script.args] == [0, 10, 25]
     assert result["verdict"] == "started" and result["pct_calls"] == 3 and "exception" not in result
-    assert shown == ["[pve] wait_for_log train in container 250: 10 s of 600 s, log 10 bytes, session alive",
-                     "[pve] wait_for_log train in container 250: 20 s of 600 s, log 25 bytes, session alive"]
+    assert shown == ["[ct250] wait_for_log train in container 250: 10 s of 600 s, log 10 bytes, session alive",
+                     "[ct250] wait_for_log train in container 250: 20 s of 600 s, log 25 bytes, session alive"]
     assert result["elapsed"] == pytest.approx(20.05)
 
 
 def test_timeout_stops_at_deadline(shown: list[str]) -> None:
     script = Script([chunk_result("timeout", 10)])
-    result = make_action({"vmid": 250, "log_path": "/w/t.log", "timeout": 25}, script).run(task_vars={})
+    result = make_action({"log_path": "/w/t.log", "timeout": 25}, script).run(task_vars=dict(CT250))
     assert result["failed"] and result["verdict"] == "timeout" and len(script.args) == 3
     assert [a["timeout"] for a in script.args] == [10, 10, 5]
     assert result["msg"].startswith("Timed out after 25 s waiting for the first line of output in log /w/t.log in container 250")
@@ -130,43 +134,83 @@ def test_timeout_stops_at_deadline(shown: list[str]) -> None:
 
 def test_short_timeout_is_one_chunk(shown: list[str]) -> None:
     script = Script([chunk_result("timeout", 0)])
-    result = make_action({"vmid": 250, "log_path": "/w/t.log", "timeout": 0.3}, script).run(task_vars={})
+    result = make_action({"log_path": "/w/t.log", "timeout": 0.3}, script).run(task_vars=dict(CT250))
     assert result["verdict"] == "timeout" and [a["timeout"] for a in script.args] == [0.3] and not shown
 
 
 def test_died_is_final_at_once(shown: list[str]) -> None:
     script = Script([chunk_result("died", 5, exit_status=7, session_state="finished", session_alive=False)])
-    result = make_action({"vmid": 250, "session_name": "train", "timeout": 3600}, script).run(task_vars={})
+    result = make_action({"session_name": "train", "timeout": 3600}, script).run(task_vars=dict(CT250))
     assert result["failed"] and len(script.args) == 1 and "ended with exit status 7" in result["msg"]
 
 
-def test_module_failure_without_verdict_is_passed_on(shown: list[str]) -> None:
-    script = Script([{"failed": True, "msg": "Cannot wait for train in container 250: the container is not running"}])
-    result = make_action({"vmid": 250, "session_name": "train"}, script).run(task_vars={})
-    assert result == {"failed": True, "msg": "Cannot wait for train in container 250: the container is not running"}
+def test_module_failure_without_verdict_names_the_wait(shown: list[str]) -> None:
+    script = Script([{"failed": True, "msg": "Unsupported parameters for (basic.py) module: x"}])
+    result = make_action({"session_name": "train"}, script).run(task_vars=dict(CT250))
+    assert result == {"failed": True, "msg": "Cannot wait for session train in container 250: the module could not run there: "
+                                             "Unsupported parameters for (basic.py) module: x"}, result
+    assert len(script.args) == 1 and not shown
+
+
+def test_missing_python_on_the_target_says_so(shown: list[str]) -> None:
+    script = Script([{"failed": True, "rc": 127, "msg": "The module interpreter '/usr/bin/python3' was not found.",
+                      "module_stderr": "/bin/sh: 1: /usr/bin/python3: not found"}])
+    result = make_action({"session_name": "train"}, script).run(task_vars=dict(CT250))
+    assert result["failed"] and "verdict" not in result and len(script.args) == 1, result
+    assert result["msg"].startswith("Cannot wait for session train in container 250: the module could not run there: "
+                                    "The module interpreter '/usr/bin/python3' was not found."), result["msg"]
+    assert "needs Python 3.7 or later" in result["msg"] and "ansible_python_interpreter" in result["msg"], result["msg"]
 
 
 @pytest.mark.parametrize("args, fragment", [
-    ({"vmid": 250, "session_name": "t", "pattern": "Epoch ["}, "Cannot use option pattern 'Epoch ['"),
-    ({"vmid": 250, "session_name": "t", "sleep": 2}, "Cannot use option sleep 2"),
+    ({"session_name": "t", "pattern": "Epoch ["}, "Cannot use option pattern 'Epoch ['"),
+    ({"session_name": "t", "sleep": 2}, "Cannot use option sleep 2"),
+    ({"session_name": "t:1"}, "Invalid session_name 't:1'"),
+    ({"log_path": "/w/"}, "Invalid log_path '/w/'"),
 ])
 def test_bad_options_fail_before_any_call(args: dict[str, t.Any], fragment: str) -> None:
     script = Script([chunk_result("started")])
-    result = make_action(args, script).run(task_vars={})
+    result = make_action(args, script).run(task_vars=dict(CT250))
     assert result["failed"] and result["msg"].startswith(fragment) and not script.args
 
 
 def test_type_errors_fail_before_any_call() -> None:
     script = Script([chunk_result("started")])
     with pytest.raises(AnsibleActionFail, match="one of the following is required: session_name, log_path"):
-        make_action({"vmid": 250}, script).run(task_vars={})
+        make_action({}, script).run(task_vars=dict(CT250))
     with pytest.raises(AnsibleActionFail, match="bogus"):
-        make_action({"vmid": 250, "session_name": "t", "bogus": 1}, script).run(task_vars={})
+        make_action({"session_name": "t", "bogus": 1}, script).run(task_vars=dict(CT250))
     assert not script.args
 
 
+@pytest.mark.parametrize("removed", [{"vmid": 250}, {"pct_path": "/usr/sbin/pct"}, {"vmid": 250, "pct_path": "pct"}])
+def test_the_removed_options_are_refused_before_any_call(removed: dict[str, t.Any]) -> None:
+    """vmid and pct_path went with the node path: the action refuses them (unsupported) and runs nothing."""
+    script = Script([chunk_result("started")])
+    with pytest.raises(AnsibleActionFail) as caught:
+        make_action({"session_name": "t", **removed}, script).run(task_vars=dict(CT250))
+    assert str(caught.value).startswith("Invalid options for trainops.pct_launch.wait_for_log: ")
+    assert set(str(caught.value).split(": ", 1)[1].split(",")) == set(removed)
+    assert not script.args and "vmid" not in action_mod.ActionModule._VALID_ARGS  # pylint: disable=protected-access
+
+
+def test_the_module_gets_only_its_own_options() -> None:
+    """host and pct_vmid (for the messages) and fleet_id stay on the controller."""
+    script = Script([chunk_result("timeout", 10), chunk_result("started", 40, matched_line="go")])
+    make_action({"session_name": "train", "pattern": "go", "timeout": 60}, script).run(task_vars=dict(CT250))
+    assert [set(args) for args in script.args] == [{"session_name", "log_path", "pattern", "fail_pattern", "timeout", "sleep",
+                                                    "tail_lines", "offset"}] * 2
+
+
+def test_a_host_without_pct_vmid_is_named_by_its_inventory_name(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 10), chunk_result("died", 5, exit_status=7, session_state="finished", session_alive=False)])
+    result = make_action({"session_name": "train", "timeout": 60}, script).run(task_vars={"inventory_hostname": "gpu-box"})
+    assert result["msg"].startswith("Job did not start in session train on gpu-box: the job ended with exit status 7")
+    assert shown == ["[gpu-box] wait_for_log train on gpu-box: 10 s of 60 s, log 10 bytes, session alive"]
+
+
 def test_progress_line_without_session() -> None:
-    line = progress_line("h", {"vmid": 250, "log_path": "/w/t.log", "timeout": 60.0}, {"log_exists": False}, 15.2)
+    line = progress_line("h", {"pct_vmid": 250, "log_path": "/w/t.log", "timeout": 60.0}, {"log_exists": False}, 15.2)
     assert line == "[h] wait_for_log /w/t.log in container 250: 15 s of 60 s, log missing, session unknown"
 
 
@@ -185,16 +229,22 @@ class LostNode(Script):
         return super().__call__(module_name, module_args, task_vars)
 
 
-@pytest.mark.parametrize("delegate_to, node", [("pve-i", "pve-i"), (None, "ct630")])
-def test_node_lost_during_the_wait_names_it(shown: list[str], delegate_to: str | None, node: str) -> None:
+@pytest.mark.parametrize("delegate_to, host_vars, node, where", [
+    ("pve-i", {"pct_vmid": 630}, "pve-i", "in container 630"),
+    (None, {"pct_vmid": 630, "pct_node": "pve-j"}, "pve-j", "in container 630"),
+    (None, {"pct_vmid": 630}, "localhost", "in container 630"),
+    (None, {}, "ct630", "on ct630"),
+])
+def test_node_lost_during_the_wait_names_it(shown: list[str], delegate_to: str | None, host_vars: dict[str, t.Any], node: str,
+                                            where: str) -> None:
     """The node cannot be reached for the second chunk: unreachable, naming the node, the session and what to do."""
     script = LostNode([chunk_result("timeout", 10)], good=1)
-    action = make_action({"vmid": 630, "session_name": "train", "timeout": 120}, script)
+    action = make_action({"session_name": "train", "timeout": 120}, script)
     action._task.delegate_to = delegate_to  # pylint: disable=protected-access
     with pytest.raises(AnsibleConnectionFailure) as caught:
-        action.run(task_vars={"inventory_hostname": "ct630"})
+        action.run(task_vars={"inventory_hostname": "ct630", **host_vars})
     text = str(caught.value)
-    assert text.startswith(f"Cannot wait for session train in container 630: node {node} cannot be reached (10 s into the wait of 120 s): "
+    assert text.startswith(f"Cannot wait for session train {where}: node {node} cannot be reached (10 s into the wait of 120 s): "
                            'Data could not be sent to remote host "pve-i". Make sure this host can be reached over ssh. '), text
     assert f"once node {node} can be reached, check it (playbooks/status.yml)" in text and "not proven" in text
     assert "started" not in text.split(":", maxsplit=1)[0] and caught.value.__cause__ is None and len(script.args) == 2
@@ -210,7 +260,8 @@ def boards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-MEMBER = {"vmid": 361, "session_name": "rdv", "timeout": 600, "fleet_id": "rdv-1"}
+MEMBER = {"session_name": "rdv", "timeout": 600, "fleet_id": "rdv-1"}
+CT361 = {"inventory_hostname": "ct361", "pct_vmid": 361}
 
 
 class BlockingScript(Script):
@@ -231,7 +282,7 @@ def test_a_peer_failure_ends_a_blocked_wait_at_once(boards: Path) -> None:
     timer = threading.Timer(0.3, fleet_board.post_failure, ("rdv-1", {"host": "ct362", "vmid": 362, "node": "pve-f",
                                                                       "verdict": "died", "exit_status": 7, "msg": "died"}))
     timer.start()
-    result = action.run(task_vars={"inventory_hostname": "ct361"})
+    result = action.run(task_vars=dict(CT361))
     script.release.set()
     assert result["failed"] and result["verdict"] == "fleet_failed", result
     assert result["fleet_failure"]["host"] == "ct362" and result["fleet_failure"]["exit_status"] == 7
@@ -242,7 +293,7 @@ def test_a_peer_failure_ends_a_blocked_wait_at_once(boards: Path) -> None:
 
 def test_an_own_failure_is_posted_first_and_the_module_never_sees_fleet_id(boards: Path) -> None:
     script = Script([chunk_result("died", 5, exit_status=3, session_state="finished", session_alive=False)])
-    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    result = make_action(dict(MEMBER), script).run(task_vars=dict(CT361))
     assert result["verdict"] == "died" and result["fleet_first"] is True
     assert all("fleet_id" not in args for args in script.args), script.args
     first = fleet_board.first_failure("rdv-1")
@@ -259,14 +310,14 @@ class LateScript(Script):
 
 def test_an_own_failure_after_a_peer_is_kept_and_not_first(boards: Path) -> None:
     script = LateScript([chunk_result("fail_pattern", 5, matched_line="Traceback")])
-    result = make_action(dict(MEMBER, vmid=360), script).run(task_vars={"inventory_hostname": "ct360"})
+    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct360", "pct_vmid": 360})
     assert result["verdict"] == "fail_pattern" and result["fleet_first"] is False, result
     assert (fleet_board.first_failure("rdv-1") or {})["host"] == "ct362"
 
 
 def test_a_started_member_posts_nothing_and_a_later_peer_failure_does_not_undo_it(boards: Path) -> None:
     script = Script([chunk_result("started", 40, matched_line="rank 0 of 4: world [0, 1, 2, 3]")])
-    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    result = make_action(dict(MEMBER), script).run(task_vars=dict(CT361))
     assert result["verdict"] == "started" and not result.get("failed") and "fleet_first" not in result
     assert fleet_board.first_failure("rdv-1") is None
 
@@ -274,20 +325,20 @@ def test_a_started_member_posts_nothing_and_a_later_peer_failure_does_not_undo_i
 def test_a_wait_that_starts_after_the_failure_runs_no_chunk(boards: Path) -> None:
     fleet_board.post_failure("rdv-1", {"host": "ct362", "verdict": "timeout"})
     script = Script([chunk_result("timeout", 10)])
-    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    result = make_action(dict(MEMBER), script).run(task_vars=dict(CT361))
     assert result["verdict"] == "fleet_failed" and not script.args and result["pct_calls"] == 0, result
 
 
 def test_without_fleet_id_the_board_is_never_read(boards: Path) -> None:
     fleet_board.post_failure("rdv-1", {"host": "ct362", "verdict": "died"})
     script = Script([chunk_result("started", 40, matched_line="go")])
-    result = make_action({"vmid": 361, "session_name": "rdv"}, script).run(task_vars={"inventory_hostname": "ct361"})
+    result = make_action({"session_name": "rdv"}, script).run(task_vars=dict(CT361))
     assert result["verdict"] == "started", result
 
 
 def test_a_bad_fleet_id_starts_nothing(boards: Path) -> None:
     script = Script([chunk_result("started", 40)])
-    result = make_action(dict(MEMBER, fleet_id="../x"), script).run(task_vars={})
+    result = make_action(dict(MEMBER, fleet_id="../x"), script).run(task_vars=dict(CT361))
     assert result["failed"] and result["msg"].startswith("Cannot use option fleet_id '../x'") and not script.args
 
 
@@ -297,7 +348,7 @@ def test_a_rank_that_dies_after_its_proof_fails_the_fleet(boards: Path) -> None:
     fleet_board.mark_waiting("rdv-1", "ct362")
     script = Script([chunk_result("started", 40, matched_line="rank 2 ready"),
                      chunk_result("died", 60, exit_status=7, session_state="finished", session_alive=False)])
-    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    result = make_action(dict(MEMBER), script).run(task_vars=dict(CT361))
     assert result["failed"] and result["verdict"] == "died" and result["fleet_first"] is True, result
     assert [args["pattern"] for args in script.args] == [None, "(?!)"] and script.args[1]["offset"] == 40
     assert result["msg"].startswith("Job failed in session rdv in container 361 after its start was proven ('rank 2 ready')")
@@ -326,7 +377,7 @@ def test_a_proven_member_returns_as_soon_as_no_member_waits(boards: Path) -> Non
     script = ProofThenBlock([chunk_result("started", 40, matched_line="go"), chunk_result("timeout", 40)])
     timer = threading.Timer(0.3, fleet_board.mark_done, ("rdv-1", "ct362"))
     timer.start()
-    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    result = make_action(dict(MEMBER), script).run(task_vars=dict(CT361))
     script.release.set()
     assert result["verdict"] == "started" and not result.get("failed"), result
     assert script.patterns == [None, "(?!)"], "it watched its job while ct362 waited, and returned when it was done"
@@ -337,7 +388,7 @@ def test_a_proven_member_whose_peer_fails_stays_started(boards: Path) -> None:
     script = ProofThenBlock([chunk_result("started", 40, matched_line="go"), chunk_result("timeout", 40)])
     timer = threading.Timer(0.3, fleet_board.post_failure, ("rdv-1", {"host": "ct362", "verdict": "died", "exit_status": 1}))
     timer.start()
-    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    result = make_action(dict(MEMBER), script).run(task_vars=dict(CT361))
     script.release.set()
     assert result["verdict"] == "started" and not result.get("failed"), "its own job is fine: the launch stops it"
     assert script.patterns == [None, "(?!)"]
@@ -347,6 +398,6 @@ def test_a_proven_member_whose_job_finishes_with_status_0_is_started(boards: Pat
     fleet_board.mark_waiting("rdv-1", "ct362")
     script = Script([chunk_result("started", 40, matched_line="rank 3 of 4: world [0, 1, 2, 3]"),
                      chunk_result("died", 60, exit_status=0, session_state="finished", session_alive=False)])
-    result = make_action(dict(MEMBER), script).run(task_vars={"inventory_hostname": "ct361"})
+    result = make_action(dict(MEMBER), script).run(task_vars=dict(CT361))
     assert result["verdict"] == "started" and not result.get("failed"), result
     assert fleet_board.first_failure("rdv-1") is None, "a job that finished well fails nobody"

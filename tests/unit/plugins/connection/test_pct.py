@@ -23,7 +23,7 @@ from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNo
 from ansible.playbook.play_context import PlayContext
 from ansible.plugins.loader import become_loader, connection_loader
 
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CLEAN_PATH
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CLEAN_PATH, VMID_MAX, VMID_MIN
 
 HOSTILE_NAMES = [
     "it's here",
@@ -248,11 +248,22 @@ def test_pct_not_found(tmp_path: Path) -> None:
         conn.exec_command("true")
 
 
-@pytest.mark.parametrize("host_vars, expected", [({}, "Missing container id"), ({"pct_vmid": 42}, "Invalid container id 42")])
+@pytest.mark.parametrize("host_vars, expected", [
+    ({}, "Missing container id"),
+    ({"pct_vmid": 42}, "Invalid container id 42"),
+    ({"pct_vmid": VMID_MIN - 1}, f"Invalid container id {VMID_MIN - 1}"),
+    ({"pct_vmid": VMID_MAX + 1}, f"Invalid container id {VMID_MAX + 1}"),
+])
 def test_vmid_errors_name_the_variable(fake: Fake, host_vars: dict[str, Any], expected: str) -> None:
     conn = connect(pct_path=str(fake.pct), **host_vars)
     with pytest.raises(AnsibleError, match=f"{expected}.*pct_vmid"):
         conn.exec_command("true")
+
+
+@pytest.mark.parametrize("vmid", [VMID_MIN, VMID_MAX])
+def test_the_vmid_range_is_pct_exec_s(fake: Fake, vmid: int) -> None:
+    rc, _out, _err = connect(pct_vmid=vmid, pct_path=str(fake.pct)).exec_command("true")
+    assert rc == 0 and fake.argv()[1:4] == [b"exec", str(vmid).encode(), b"--"]
 
 
 def test_become_with_password_is_refused(local: Any) -> None:

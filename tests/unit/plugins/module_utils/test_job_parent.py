@@ -10,6 +10,8 @@ and standard input as hex or JSON so that byte-exact arrival can be checked.
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import json
 import os
 import pwd
@@ -482,3 +484,48 @@ def small_fs(tmp_path: Path) -> t.Iterator[Path]:
 def test_write_whole_on_a_full_file_system_writes_nothing(small_fs: Path) -> None:
     assert write_whole(str(small_fs / "job.log.exit"), "session_name=job\nexit_status=0\n" * 200, 0o644) is False
     assert sorted(p.name for p in small_fs.iterdir()) == ["filler"]
+
+
+@pytest.fixture()
+def small_empty_fs(tmp_path: Path) -> t.Iterator[Path]:
+    """An empty 16 KiB tmpfs (root only), for a job to fill."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)],
+                                           capture_output=True, check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+def test_the_exit_status_survives_a_log_file_system_the_job_filled(tmp_path: Path, small_empty_fs: Path) -> None:
+    """The trailer and LOG.exit cannot be written any more: RUN_DIR/exit still gets the whole record, LOG.exit nothing partial."""
+    log = small_empty_fs / "job.log"
+    run_dir, _log = _setup(tmp_path, ["sh", "-c", f"echo started; dd if=/dev/zero of={small_empty_fs / 'filler'} bs=1k 2>/dev/null; exit 3"],
+                           log_path=str(log))
+    (run_dir / "log_path").write_text(str(log), encoding="utf-8")  # as the launch leaves it
+    proc = _run(run_dir)
+    assert proc.returncode == 3, proc.stderr
+    assert not Path(f"{log}.exit").exists(), "no LOG.exit without its whole content"
+    assert sorted(p.name for p in small_empty_fs.iterdir()) == ["filler", "job.log"]
+    record = _record(run_dir / "exit")
+    assert (record["session_name"], record["exit_status"], record["started_at"]) == ("job", "3", STARTED_AT)
+    assert read_exit_record(str(log), str(run_dir)) == record, "the record in the run dir is the log's record"
+    assert not list(run_dir.glob("*.tmp.*"))
+
+
+class _FullFile(io.RawIOBase):
+    """A log on a full file system: every write fails with ENOSPC."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: t.Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_protocol_line_on_a_full_file_system_is_lost_quietly() -> None:
+    """The trailer's write fails on a full log: the parent goes on to write the exit record (it must not die there)."""
+    _job_parent._log_line(t.cast(t.BinaryIO, _FullFile()), "### trainops.pct_launch: session=s exit_status=3")  # pylint: disable=protected-access

@@ -25,6 +25,7 @@ import pytest
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_poll, _tmux_cli
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import poll_parameters, result_from_facts
+from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import SHOW
 
 HEADER = b"### trainops.pct_launch: session=train started_at=2025-01-01T00:00:00Z host=h command=python train.py READY ERROR\n"
 TRAILER = b"### trainops.pct_launch: session=train exit_status=0 ended_at=2025-01-01T00:00:09Z READY\n"
@@ -319,3 +320,97 @@ def test_a_dead_pane_is_died(watch: Watch) -> None:
     assert facts["verdict"] == "died" and facts["session"] == "ended" and "pane_pid" not in facts, facts
     assert _elapsed(facts) < 1
     assert watch.tmux("has-session", "-t", f"={keeper}").returncode == 0
+
+
+def test_a_log_that_appears_during_the_chunk_is_read(watch: Watch) -> None:
+    timer = threading.Timer(0.3, watch.write, args=(HEADER + b"READY\n",))
+    timer.start()
+    try:
+        facts = watch.poll(duration=5, pattern="READY")
+    finally:
+        timer.cancel()
+    assert facts["verdict"] == "started" and facts["matched_line"] == "READY" and facts["log_exists"] == "1", facts
+    assert 0.25 <= _elapsed(facts) < 2
+
+
+def test_long_and_odd_lines(watch: Watch) -> None:
+    watch.write(HEADER + b"pct % \x1b[1m\xff\r\n" + b"y" * 300000 + b"\nREADY %1\n")
+    facts = watch.poll(pattern="READY %1", tail_lines=3)
+    assert facts["verdict"] == "started" and facts["matched_line"] == "READY %1", facts["tail"]
+    assert facts["tail"][0] == "pct % \x1b[1m\ufffd" and facts["tail"][2] == "READY %1"
+    assert facts["tail"][1] == "y" * SHOW, "a long line is shortened for the result"
+    watch.write(HEADER + b"y" * 300000 + b" READY\n")
+    facts = watch.poll(pattern="READY$")
+    assert facts["verdict"] == "started" and len(facts["matched_line"]) == SHOW, "a long line matches as a whole"
+
+
+def test_the_exit_record_in_run_of_another_launch_is_not_this_logs(watch: Watch) -> None:
+    run_dir = watch.run_root / "train"
+    run_dir.mkdir(parents=True)
+    (run_dir / "log_path").write_text(str(watch.tmp_path / "another.log"), encoding="utf-8")
+    (run_dir / "exit").write_text(exit_record_text("train", 3, "S", "E"), encoding="utf-8")
+    watch.write(HEADER + b"loading\n")
+    facts = watch.poll(duration=5, pattern="READY", session_name="train")
+    assert facts["verdict"] == "died" and facts["exit"] == {} and facts["state"] == "vanished", facts
+    result = result_from_facts(facts, _elapsed(facts))
+    assert result["exit_status"] is None and result["session_state"] == "vanished"
+
+
+# ---- facts["state"]: the one state decision (_tmux_cli.session_state) for the session waited for ----
+
+
+def test_state_of_a_gone_session(watch: Watch) -> None:
+    facts = watch.poll(duration=5, pattern="READY", session_name="ut-nothing", log_path=None)
+    assert facts["state"] == "absent", facts
+    facts = watch.poll(duration=5, pattern="READY", session_name="ut-nothing")
+    assert facts["state"] == "absent", "neither a log nor a record"
+    watch.write(HEADER + b"loading\n")
+    facts = watch.poll(duration=5, pattern="READY", session_name="ut-nothing")
+    assert facts["state"] == "vanished", facts
+    watch.write(exit_record_text("ut-nothing", 3, "S", "E").encode(), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, pattern="READY", session_name="ut-nothing")
+    assert facts["state"] == "finished" and facts["exit"]["exit_status"] == "3", facts
+
+
+def test_state_without_a_session_name_is_unknown(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    facts = watch.poll(duration=0.3, pattern="READY")
+    assert facts["verdict"] == "pending" and facts["state"] == "unknown", facts
+
+
+@needs_tmux
+def test_state_of_a_live_session_is_running_and_of_a_started_job_too(watch: Watch) -> None:
+    name = watch.session()
+    watch.write(HEADER + b"loading\n")
+    assert watch.poll(duration=0.3, pattern="READY", session_name=name)["state"] == "running"
+    watch.append(b"READY\n")
+    facts = watch.poll(pattern="READY", session_name=name, record_proof=False)
+    assert facts["verdict"] == "started" and facts["state"] == "running", facts
+
+
+@needs_tmux
+def test_a_session_killed_without_an_exit_record_is_vanished(watch: Watch) -> None:
+    watch.write(HEADER + b"hi\n")
+    name = watch.session()
+    assert watch.tmux("kill-session", "-t", f"={name}").returncode == 0
+    facts = watch.poll(duration=5, pattern="READY", session_name=name)
+    assert facts["verdict"] == "died" and facts["session"] == "absent" and facts["exit"] == {}, facts
+    result = result_from_facts(facts, _elapsed(facts))
+    assert result["session_state"] == "vanished" and result["exit_status"] is None
+
+
+@needs_tmux
+def test_a_dead_pane_without_a_record_is_vanished_and_with_one_finished(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    watch.session()
+    assert watch.tmux("set-option", "-g", "remain-on-exit", "on").returncode == 0
+    name = watch.session("true")
+    deadline = time.monotonic() + 5
+    while watch.tmux("display-message", "-p", "-t", f"={name}:", "#{pane_dead}").stdout.strip() != "1":
+        assert time.monotonic() < deadline, "the pane did not die"
+        time.sleep(0.05)
+    facts = watch.poll(duration=5, pattern="READY", session_name=name)
+    assert facts["verdict"] == "died" and facts["state"] == "vanished", facts
+    watch.write(exit_record_text(name, 0, "S", "E").encode(), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, pattern="READY", session_name=name)
+    assert facts["verdict"] == "died" and facts["state"] == "finished" and facts["exit"]["exit_status"] == "0", facts

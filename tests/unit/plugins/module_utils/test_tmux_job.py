@@ -34,6 +34,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent im
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch, parent_source
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec, spec_from_params, spec_hash
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import result
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None or os.geteuid() != 0, reason="needs tmux and root")
 PARENT_TEXT = Path(_job_parent.__file__).read_text(encoding="utf-8")
@@ -424,3 +425,152 @@ def test_launch_starts_a_job_with_the_parent_as_loaded(server: Host) -> None:
     facts = launch(spec)
     assert facts["result"] == "started" and facts["state"] == "running", facts
     assert Path(spec.run_dir, "parent.py").read_text(encoding="utf-8") == PARENT_TEXT
+
+
+# ---- ported from the tests of the removed in-container sh launch program: the same behaviour, on this host ----
+
+
+@needs_tmux
+def test_append_adds_the_launch_to_the_log(host: Host) -> None:
+    spec = host.spec(command="echo run", log_mode="append")
+    Path(str(spec.log_path)).write_text("old\n", encoding="utf-8")
+    Path(str(spec.log_path) + ".exit").write_text("session_name=earlier\nexit_status=9\n", encoding="utf-8")
+    facts = launch(spec)
+    assert facts["result"] == "started" and facts["rotated_log"] == "", facts
+    _ended(host, spec)
+    lines = _text(spec.log_path).splitlines()
+    assert lines[0] == "old" and lines[1].startswith(f"### trainops.pct_launch: session={spec.session_name} started_at="), lines
+    assert lines[2] == "run" and len(lines) == 4
+    record = read_exit_record(str(spec.log_path), spec.run_dir)
+    assert record is not None and record["session_name"] == spec.session_name and record["exit_status"] == "0", "the new record only"
+    assert sorted(p.name for p in host.logs.iterdir()) == [Path(str(spec.log_path)).name, Path(str(spec.log_path)).name + ".exit"]
+
+
+@needs_tmux
+def test_tmux_missing_starts_nothing_and_a_stop_is_unchanged(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_tmux_cli, "CLEAN_PATH", str(host.tmp_path / "no-tools"))
+    spec = host.spec(command="echo must-not-run")
+    for check_mode in (True, False):
+        with pytest.raises(JobError) as caught:
+            launch(spec, check_mode)
+        assert caught.value.code == "tmux_missing", caught.value
+    _assert_nothing_started(host, spec)
+    facts = launch(_stopped(spec, command=None, log_path=None))
+    assert facts["result"] == "unchanged" and "tmux_version" not in facts, facts
+
+
+@needs_tmux
+def test_a_stop_of_a_finished_job_reports_its_exit_status_with_or_without_log_path(host: Host) -> None:
+    spec = host.spec(command="echo done; exit 3")
+    launch(spec)
+    _ended(host, spec)
+    for log_path in (None, spec.log_path):
+        stop = _stopped(spec, log_path=log_path, command=None)
+        facts = launch(stop)
+        assert facts["before_state"] == "finished" and facts["exit_status"] == "3" and facts["result"] == "unchanged", facts
+        out = result(stop, facts, False)
+        assert out["state"] == "finished" and out["exit_status"] == 3 and out["log_path"] == spec.log_path and not out["changed"], out
+
+
+@needs_tmux
+def test_a_stop_with_int_reaches_a_python_job_as_keyboard_interrupt(host: Host) -> None:
+    code = "import time\ntry:\n    print('ready', flush=True); time.sleep(60)\nexcept KeyboardInterrupt:\n    print('graceful'); raise SystemExit(5)\n"
+    spec = host.spec(argv=[sys.executable, "-c", code])
+    launch(spec)
+    _wait_for(lambda: "ready" in _text(spec.log_path))
+    facts = launch(_stopped(spec, stop_signal="INT", stop_timeout=10))
+    assert facts["result"] == "stopped" and facts["exit_status"] == "5" and facts["killed"] == "0", facts
+    assert "graceful" in _text(spec.log_path).splitlines()
+    record = read_exit_record(str(spec.log_path), spec.run_dir)
+    assert record is not None and record["stop_signal"] == "INT" and record["stopped_by"] == "trainops"
+
+
+@needs_tmux
+def test_a_script_without_execute_bit_says_how_to_fix(host: Host) -> None:
+    script = host.tmp_path / "start.sh"
+    script.write_text("#!/bin/sh\necho started\n", encoding="utf-8")
+    script.chmod(0o644)
+    spec = host.spec(argv=[str(script)])
+    with pytest.raises(JobError) as caught:
+        launch(spec)
+    assert caught.value.code == "script_missing"
+    assert str(caught.value) == (f"script {script} is not executable: make it executable (chmod +x {script}) "
+                                 f"or run it through its interpreter (argv: [sh, {script}])")
+    _assert_nothing_started(host, spec)
+
+
+@needs_tmux
+def test_a_started_job_says_whether_its_start_was_proven(host: Host) -> None:
+    spec = host.spec(command="echo up; exec sleep 30")
+    facts = launch(spec)
+    assert facts["result"] == "started" and "proven" not in facts, facts
+    assert launch(spec)["proven"] == "0"
+    assert host.tmux("set-option", "-t", f"={spec.session_name}:", "@trainops_proven", "2025-01-01T00:00:00Z").returncode == 0
+    facts = launch(spec)
+    assert facts["result"] == "unchanged" and facts["proven"] == "1" and facts["before_proven"] == "1", facts
+    assert result(spec, facts, False)["proven"] is True
+    facts = launch(dataclasses.replace(spec, state="restarted"))
+    assert facts["result"] == "started" and result(spec, facts, False)["proven"] is False
+    assert launch(spec)["proven"] == "0", "a restarted job is a new session: not proven"
+
+
+@needs_tmux
+def test_values_ending_in_a_semicolon_reach_the_tmux_options_whole(host: Host) -> None:
+    """tmux ends a command at an argument ending in ';': the launch's options must keep it as written."""
+    spec = host.spec(command="sleep 30;", log_path=str(host.logs / "job;"))
+    launch(spec)
+    assert host.option(spec.session_name, "@trainops_command") == "sleep 30;"
+    assert host.option(spec.session_name, "@trainops_log") == spec.log_path
+
+
+@needs_tmux
+def test_the_exit_record_in_run_stands_in_for_an_empty_log_exit_and_moves_with_its_log(host: Host) -> None:
+    spec = host.spec(command="echo run; exit 4")
+    launch(spec)
+    _ended(host, spec)
+    Path(str(spec.log_path) + ".exit").write_bytes(b"")  # as a full file system leaves it
+    facts = launch(spec, True)
+    assert facts["before_state"] == "finished" and facts["would"] == "start", facts
+    other = dataclasses.replace(spec, log_path=str(host.logs / "other.log"))
+    Path(str(other.log_path)).write_text("x\n", encoding="utf-8")
+    assert launch(other, True)["before_state"] == "vanished", "the record in the run dir belongs to another log"
+    record = Path(spec.run_dir, "exit").read_bytes()
+    assert b"\nexit_status=4\n" in record
+    facts = launch(spec)  # the next launch removes the old record before it starts
+    assert facts["result"] == "started" and facts["rotated_log"] == spec.log_path + ".1", facts
+    assert Path(str(spec.log_path) + ".1.exit").read_bytes() == record, "the record only the run dir kept moves with its log"
+    _ended(host, spec)
+    assert Path(str(spec.log_path) + ".exit").read_bytes() == Path(spec.run_dir, "exit").read_bytes()
+    assert not list(host.logs.glob("*.tmp.*")) and not list(Path(spec.run_dir).glob("*.tmp.*"))
+
+
+@pytest.fixture()
+def small_fs(tmp_path: Path) -> t.Iterator[Path]:
+    """A full 16 KiB tmpfs (root only)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)],
+                                           capture_output=True, check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+@needs_tmux
+def test_a_full_log_file_system_is_named_and_the_earlier_log_kept(host: Host, small_fs: Path) -> None:
+    log = small_fs / "job.log"
+    log.write_bytes(b"precious\n" * 100)
+    subprocess.run(["dd", "if=/dev/zero", f"of={small_fs / 'filler'}", "bs=1k"], capture_output=True, check=False)
+    spec = host.spec(command="echo started; sleep 30", log_path=str(log))
+    for attempt in range(3):
+        with pytest.raises(JobError) as caught:
+            launch(spec)
+        message = str(caught.value)
+        assert caught.value.code == "start_failed"
+        assert message.startswith(f"cannot write the log header to {log}: No space left on device, the file system of {small_fs} is full"), message
+        assert (f"(the earlier log is kept as {log}.1)" in message) is (attempt == 0), message
+        assert sorted(p.name for p in small_fs.iterdir()) == ["filler", "job.log.1"]
+        assert (small_fs / "job.log.1").read_bytes() == b"precious\n" * 100
+    assert not host.has_session(spec.session_name)

@@ -1,13 +1,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Unit tests for module_utils/_tmux_launch.py: validation, spec hash, program text, output parsing."""
+"""Unit tests for module_utils/_tmux_launch.py: validation, the name/log rule, spec hash and summary, script checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
-import shlex
-import subprocess
+import typing as t
 
 import pytest
 from hypothesis import given
@@ -15,10 +14,11 @@ from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_launch as L
 
-BASE = {"vmid": 201, "session_name": "train", "command": "python train.py", "log_path": "/srv/log/train.log"}
+BASE = {"session_name": "train", "command": "python train.py", "log_path": "/srv/log/train.log"}
 
 
-def spec(**kwargs) -> L.LaunchSpec:
+def spec(**kwargs: t.Any) -> L.LaunchSpec:
+    """A spec from the base options, changed by ``kwargs`` (None removes an option)."""
     params = dict(BASE)
     params.update(kwargs)
     return L.spec_from_params({k: v for k, v in params.items() if v is not None})
@@ -30,9 +30,6 @@ def spec(**kwargs) -> L.LaunchSpec:
     ({"session_name": ""}, "session_name"),
     ({"session_name": "x" * 65}, "session_name"),
     ({"session_name": "new\nline"}, "session_name"),
-    ({"vmid": 99}, "vmid"),
-    ({"vmid": 1_000_000_000}, "vmid"),
-    ({"vmid": True}, "vmid"),
     ({"log_path": "relative.log"}, "log_path"),
     ({"log_path": "/var/log/"}, "log_path"),
     ({"log_path": None}, "log_path"),
@@ -53,14 +50,14 @@ def spec(**kwargs) -> L.LaunchSpec:
     ({"command": "  "}, "command"),
     ({"command": "a\0b"}, "command"),
 ])
-def test_bad_input_is_rejected_naming_the_option(params: dict, option: str) -> None:
+def test_bad_input_is_rejected_naming_the_option(params: dict[str, t.Any], option: str) -> None:
     with pytest.raises(L.SpecError) as info:
         spec(**params)
     assert option in str(info.value)
 
 
 def test_stop_needs_neither_command_nor_log() -> None:
-    stop = L.spec_from_params({"vmid": 201, "session_name": "train", "state": "stopped"})
+    stop = L.spec_from_params({"session_name": "train", "state": "stopped"})
     assert stop.action == "stop" and stop.log_path is None
 
 
@@ -103,7 +100,7 @@ def test_summary_has_no_env_values() -> None:
     ({"command": None, "argv": ["/usr/bin/env", "python3"]}, ("/usr/bin/env", True)),
     ({"command": None, "argv": ["sleep", "10"]}, (None, False)),
 ])
-def test_script_to_check(params: dict, expected: tuple) -> None:
+def test_script_to_check(params: dict[str, t.Any], expected: tuple[str | None, bool]) -> None:
     assert L.script_to_check(spec(**params)) == expected
 
 
@@ -113,53 +110,65 @@ def test_display_command_is_one_line_without_env() -> None:
     assert L.display_command(spec(command=None, argv=["a b", "c"])) == "'a b' c"
 
 
-@pytest.mark.parametrize("value", ["plain", "ends;", "ends\\;", ";", "a;b", ""])
-def test_tmux_option_value_survives_tmux_argument_splitting(value: str) -> None:
-    escaped = L.tmux_option_value(value)
-    # tmux: an argument ending in ';' ends a command; a preceding backslash makes it a literal ';'.
-    if escaped.endswith(";"):
-        assert escaped.endswith("\\;")
-        restored = escaped[:-2] + ";"
-    else:
-        restored = escaped
-    assert restored == value
+def test_job_argv_is_sh_c_or_argv_as_given() -> None:
+    assert L.job_argv(spec(command="echo $HOME; exit 3")) == ["sh", "-c", "echo $HOME; exit 3"]
+    assert L.job_argv(spec(command=None, argv=["python3", "-c", "x y"])) == ["python3", "-c", "x y"]
 
 
-def test_heredoc_function_avoids_a_delimiter_in_the_content(monkeypatch: pytest.MonkeyPatch) -> None:
-    tokens = iter(["aaaa", "bbbb"])
-    monkeypatch.setattr(L.secrets, "token_hex", lambda n: next(tokens))
-    text = L.heredoc_function("f", "x\nTRAINOPS_EOF_aaaa\ny")
-    assert "<<'TRAINOPS_EOF_bbbb'" in text
-    out = subprocess.run(["sh", "-c", text + "f"], capture_output=True, check=True).stdout
-    assert out == b"x\nTRAINOPS_EOF_aaaa\ny\n"
+def test_a_spec_is_for_the_host_the_module_runs_on() -> None:
+    """The vmid path is gone: a spec has no container, and no option names one."""
+    fields = {field.name for field in dataclasses.fields(L.LaunchSpec)}
+    assert fields == {"session_name", "state", "command", "argv", "chdir", "env", "venv", "user", "log_path", "log_mode", "log_keep",
+                      "stop_signal", "stop_timeout", "run_root"}
+    assert not {"vmid", "pct_path", "timeout"} & fields
+    assert "vmid" not in json.dumps(L.spec_summary(spec()))
 
 
-@given(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True).filter(lambda k: not k.startswith("TRAINOPS")),
-                       st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=50),
-                       max_size=5))
-def test_env_file_round_trips_through_sh(env: dict) -> None:
-    s = spec(env=env)
-    script = L.env_file_text(s) + "".join(f"printf '%s\\0' \"${key}\"\n" for key, _v in s.env)
-    out = subprocess.run(["sh", "-c", script], capture_output=True, check=True).stdout
-    assert out.split(b"\0")[:-1] == [value.encode() for _k, value in s.env]
+# ---- name_and_log_errors: the one name/path rule of wait_for_log and tmux_session_info ----
 
 
-def test_program_quotes_every_value_and_ends_with_main() -> None:
-    hostile = "/srv/it's $(x) `y`/train.log"
-    program = L.build_program(spec(log_path=hostile, chdir="/a b", env={"K": "$(rm -rf /)"}))
-    assert "t_log=" + shlex.quote(hostile) in program
-    assert program.endswith("t_main\n")
-    assert "$(rm -rf /)" in program  # only inside the quoted env here-document
-    assert re.search(r"^export K='\$\(rm -rf /\)'$", program, re.MULTILINE)
+def _spec_error(**params: t.Any) -> str | None:
+    """The message spec_from_params gives for these options (None when they are valid)."""
+    try:
+        spec(**params)
+    except L.SpecError as exc:
+        return str(exc)
+    return None
 
 
-def test_check_mode_program_has_no_env_values() -> None:
-    program = L.build_program(spec(env={"K": "secret-in-check-mode"}), check_mode=True)
-    assert "secret-in-check-mode" not in program and "t_check=1" in program
+def test_name_and_log_errors_accepts_valid_and_missing_values() -> None:
+    assert L.name_and_log_errors(None, None) == []
+    assert L.name_and_log_errors("train-1_X", "/w/a b/it's.log") == []
+    assert L.name_and_log_errors("t", None) == [] and L.name_and_log_errors(None, "/w/t.log") == []
 
 
-def test_parse_output_decodes_and_ignores_noise() -> None:
-    out = ("echo trainops-ready-$((40+2))\r\ntrainops-ready-42\r\n$ noise\r\n"
-           "trainops:message=a%0Ab%25c\r\ntrainops:pane_pid=12\r\r\nprintf 'trainops:x=1'\n")
-    facts = L.parse_output(out)
-    assert facts == {"message": "a\nb%c", "pane_pid": "12"}
+@pytest.mark.parametrize("name, log_path, expected", [
+    ("a.b", None, ["Invalid session_name 'a.b': use 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-' (tmux rejects or rewrites '.' and ':')"]),
+    ("", None, ["Invalid session_name '': use 1 to 64 characters"]),
+    (None, "train.log", ["Invalid log_path 'train.log': use an absolute path on the target (starting with '/')"]),
+    (None, "/var/log/", ["Invalid log_path '/var/log/': use the absolute path of a file, not of a directory"]),
+    (None, "/w/..", ["Invalid log_path '/w/..': use the absolute path of a file"]),
+    (None, "/w/a\nb.log", ["Invalid log_path '/w/a\\nb.log': it contains a newline; use a path without newlines"]),
+    (None, "/w/a\0b.log", ["Invalid log_path: it contains a NUL character"]),
+    ("a:b", "rel", ["Invalid session_name 'a:b'", "Invalid log_path 'rel'"]),
+])
+def test_name_and_log_errors_names_each_option(name: str | None, log_path: str | None, expected: list[str]) -> None:
+    errors = L.name_and_log_errors(name, log_path)
+    assert len(errors) == len(expected) and all(error.startswith(prefix) for error, prefix in zip(errors, expected)), errors
+
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=80)
+
+
+@given(name=TEXT)
+def test_a_name_is_refused_exactly_as_a_launch_refuses_it(name: str) -> None:
+    errors = L.name_and_log_errors(name, None)
+    launch_error = _spec_error(session_name=name)
+    assert (errors == []) is (L.SESSION_NAME.fullmatch(name) is not None) is (launch_error is None)
+    assert errors == ([launch_error] if launch_error else [])
+
+
+@given(path=st.one_of(TEXT, TEXT.map(lambda text: "/" + text)).filter(lambda text: text != ""))
+def test_a_log_path_is_refused_exactly_as_a_launch_refuses_it(path: str) -> None:
+    launch_error = _spec_error(log_path=path)
+    assert L.name_and_log_errors(None, path) == ([launch_error] if launch_error else [])

@@ -1,83 +1,172 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Unit tests for the tmux_session module's main(), with run_in_container replaced."""
+"""Unit tests for the tmux_session module's main(): options, the launch on this host, results and errors.
+
+Most tests replace ``launch`` (tested in test_tmux_job.py) with a recorder that answers with given
+facts; the last ones run the real launch with a tmux server of the test's own.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import typing as t
+import uuid
+from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _pct
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli, _tmux_outcome
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session
 
-ARGS = {"vmid": 201, "session_name": "train", "command": "python train.py", "log_path": "/srv/train.log"}
+ARGS = {"session_name": "train", "command": "python train.py", "log_path": "/srv/train.log"}
+HOSTNAME = "ct-unit-201"
+needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None or os.geteuid() != 0, reason="needs tmux and root")
 
 
-class Calls:
-    """Records run_in_container calls and answers with canned output."""
+class Launches:
+    """Stands in for ``launch``: records (spec, check_mode), answers with ``facts`` or raises ``error``."""
 
-    def __init__(self, rc: int = 0, out: str = "", err: str = "", exc: Exception | None = None) -> None:
-        self.rc, self.out, self.err, self.exc = rc, out, err, exc
-        self.programs: list[str] = []
+    def __init__(self, facts: dict[str, str] | None = None, error: JobError | None = None) -> None:
+        self.facts = facts or {}
+        self.error = error
+        self.calls: list[tuple[LaunchSpec, bool]] = []
 
-    def __call__(self, module, vmid, program, stdin_data=b"", pct_path="pct", timeout=None):
-        self.programs.append(program)
-        self.timeout = timeout
-        if self.exc:
-            raise self.exc
-        return self.rc, self.out, self.err
+    def __call__(self, spec: LaunchSpec, check_mode: bool = False) -> dict[str, str]:
+        self.calls.append((spec, check_mode))
+        if self.error is not None:
+            raise self.error
+        return dict(self.facts)
 
 
-def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: dict, calls: Calls) -> dict:
-    monkeypatch.setattr(tmux_session, "run_in_container", calls)
+@pytest.fixture(autouse=True)
+def on_this_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The module's run root in the test's temp dir, and a fixed host name for its messages."""
+    monkeypatch.setattr(tmux_session, "run_root", lambda: str(tmp_path / "run"))
+    monkeypatch.setattr(_tmux_outcome.socket, "gethostname", lambda: HOSTNAME)
+    return tmp_path / "run"
+
+
+def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: dict[str, t.Any], launches: Launches) -> dict[str, t.Any]:
+    """Run main() with ``args`` and ``launch`` replaced; return its JSON result."""
+    monkeypatch.setattr(tmux_session, "launch", launches)
     with patch_module_args(args), pytest.raises(SystemExit):
         tmux_session.main()
     return json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("change, option", [
-    ({"session_name": "bad.name"}, "session_name"),
-    ({"log_path": "rel.log"}, "log_path"),
-    ({"vmid": 5}, "vmid"),
-    ({"argv": ["x"]}, "mutually exclusive"),
+def test_the_options_have_no_container() -> None:
+    assert not {"vmid", "pct_path", "timeout"} & set(tmux_session.ARGUMENT_SPEC)
+    assert tmux_session.ARGUMENT_SPEC["session_name"]["required"] is True
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"session_name": "bad.name"}, "Invalid session_name 'bad.name'"),
+    ({"log_path": "rel.log"}, "Invalid log_path 'rel.log'"),
+    ({"chdir": "~/w"}, "Invalid chdir '~/w'"),
+    ({"argv": ["x"]}, "parameters are mutually exclusive: command|argv"),
     ({"command": None}, "command, argv"),
     ({"log_path": None}, "log_path"),
-    ({"timeout": 0}, "timeout"),
+    ({"log_keep": 0}, "Invalid log_keep 0"),
+    ({"vmid": 201}, "Unsupported parameters for (basic.py) module: vmid."),
+    ({"vmid": 201, "pct_path": "/usr/sbin/pct"}, "Unsupported parameters for (basic.py) module: pct_path, vmid."),
+    ({"timeout": 120}, "Unsupported parameters for (basic.py) module: timeout."),
 ])
-def test_bad_input_fails_before_any_pct_call(monkeypatch, capsys, change: dict, option: str) -> None:
-    calls = Calls()
+def test_bad_input_fails_before_anything_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], change: dict[str, t.Any],
+                                              fragment: str) -> None:
+    launches = Launches()
     args = {k: v for k, v in {**ARGS, **change}.items() if v is not None}
-    result = run(monkeypatch, capsys, args, calls)
-    assert result["failed"] and option in result["msg"]
-    assert calls.programs == []
+    result = run(monkeypatch, capsys, args, launches)
+    assert result["failed"] and fragment in result["msg"], result["msg"]
+    assert launches.calls == []
 
 
-def test_started(monkeypatch, capsys) -> None:
-    calls = Calls(out="trainops:tmux_version=3.3a\ntrainops:before_state=absent\ntrainops:result=started\n"
-                      "trainops:pane_pid=42\ntrainops:started_at=T\ntrainops:state=running\ntrainops:rotated_log=\n")
-    result = run(monkeypatch, capsys, {**ARGS, "env": {"SECRET": "s3cr3t-v"}}, calls)
-    assert result["changed"] and result["pane_pid"] == 42 and result["state"] == "running"
-    assert result["tmux_version"] == "3.3a" and result["rotated_log"] is None and "diff" not in result
-    assert "t_check=0" in calls.programs[0] and calls.timeout == 120 + 60
+def test_started(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], on_this_host: Path) -> None:
+    launches = Launches({"tmux_version": "3.3a", "before_state": "absent", "result": "started", "pane_pid": "42", "started_at": "T",
+                         "state": "running", "rotated_log": ""})
+    result = run(monkeypatch, capsys, {**ARGS, "env": {"SECRET": "s3cr3t-v"}}, launches)
+    assert result["changed"] and result["pane_pid"] == 42 and result["state"] == "running" and result["started_at"] == "T"
+    assert result["tmux_version"] == "3.3a" and result["rotated_log"] is None and "diff" not in result and result["proven"] is False
+    assert result["log_path"] == "/srv/train.log" and result["session_name"] == "train"
+    assert "s3cr3t-v" not in json.dumps(result)
+    [(spec, check_mode)] = launches.calls
+    assert check_mode is False and spec.run_root == str(on_this_host) and spec.run_dir == str(on_this_host / "train")
+    assert spec.command == "python train.py" and dict(spec.env) == {"SECRET": "s3cr3t-v"}
 
 
-def test_check_mode_and_diff(monkeypatch, capsys) -> None:
-    calls = Calls(out="trainops:before_state=absent\ntrainops:would=start\n")
-    result = run(monkeypatch, capsys, {**ARGS, "_ansible_check_mode": True, "_ansible_diff": True}, calls)
-    assert result["changed"] and "t_check=1" in calls.programs[0]
+def test_check_mode_and_diff(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    launches = Launches({"before_state": "absent", "would": "start"})
+    result = run(monkeypatch, capsys, {**ARGS, "_ansible_check_mode": True, "_ansible_diff": True}, launches)
+    assert result["changed"] and launches.calls[0][1] is True
     assert result["diff"]["before"] == "state: absent\n" and "state: running" in result["diff"]["after"]
+    assert result["proven"] is None
 
 
-def test_program_failure_is_explained(monkeypatch, capsys) -> None:
-    calls = Calls(rc=20, out="trainops:error=tmux_missing\ntrainops:message=tmux is not installed\n")
-    result = run(monkeypatch, capsys, ARGS, calls)
+def test_stop(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    launches = Launches({"before_state": "running", "result": "stopped", "exit_status": "143", "killed": "0", "stopped_log": "/srv/train.log"})
+    result = run(monkeypatch, capsys, {"session_name": "train", "state": "stopped"}, launches)
+    assert result["changed"] and result["state"] == "finished" and result["exit_status"] == 143 and result["log_path"] == "/srv/train.log"
+    assert launches.calls[0][0].action == "stop" and launches.calls[0][0].log_path is None
+
+
+def test_a_failed_launch_is_explained_and_names_the_host(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    launches = Launches(error=JobError("chdir_missing", "directory /w does not exist"))
+    result = run(monkeypatch, capsys, {**ARGS, "chdir": "/w"}, launches)
+    assert result["failed"] and result["error"] == "chdir_missing" and result["session_name"] == "train"
+    assert result["msg"] == f"Cannot start session train in host {HOSTNAME}: directory /w does not exist; create it or fix chdir"
+    assert result["target"] == f"host {HOSTNAME}", "the words the action plugin replaces with the container's VMID"
+
+
+def test_tmux_missing_is_explained(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(monkeypatch, capsys, ARGS, Launches(error=JobError("tmux_missing", "tmux is not installed")))
     assert result["failed"] and result["error"] == "tmux_missing"
-    assert "tmux is not installed in CT 201: apply role trainops.pct_launch.tmux" in result["msg"]
+    assert result["msg"] == f"Cannot start session train in host {HOSTNAME}: tmux is not installed there: apply role trainops.pct_launch.tmux"
 
 
-def test_pct_failure_is_explained(monkeypatch, capsys) -> None:
-    calls = Calls(exc=_pct.ContainerNotRunning(201, "the container is not running; start it with 'pct start 201'", 2, ""))
-    result = run(monkeypatch, capsys, ARGS, calls)
-    assert result["msg"] == "Cannot start session train in container 201: the container is not running; start it with 'pct start 201'"
+def test_a_conflict_names_the_difference(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = json.dumps({"command": "python old.py", "argv": None, "chdir": None, "venv": None, "user": None,
+                          "log_path": "/srv/train.log", "env_salt": "s", "env": {}})
+    error = JobError("spec_conflict", "session train is running with a different spec", running_summary=summary)
+    result = run(monkeypatch, capsys, ARGS, Launches(error=error))
+    assert result["error"] == "spec_conflict" and 'command differs (running: "python old.py", wanted: "python train.py")' in result["msg"]
+
+
+# ---- the real launch on this host, with a tmux server of the test's own ----
+
+
+@pytest.fixture()
+def server(monkeypatch: pytest.MonkeyPatch) -> t.Iterator[str]:
+    """A tmux server of the test's own (killed at the end, with any job it left)."""
+    socket = f"trainops-ut-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setattr(_tmux_cli.Tmux, "socket_name", socket)
+    try:
+        yield socket
+    finally:
+        _tmux_cli.Tmux().run("kill-server")
+        Path("/tmp", f"tmux-{os.geteuid()}", socket).unlink(missing_ok=True)
+
+
+def invoke(capsys: pytest.CaptureFixture[str], args: dict[str, t.Any]) -> dict[str, t.Any]:
+    """Run the real main() with ``args``; return its JSON result."""
+    with patch_module_args(args), pytest.raises(SystemExit):
+        tmux_session.main()
+    return json.loads(capsys.readouterr().out)
+
+
+@needs_tmux
+def test_start_then_unchanged_then_stop_on_this_host(server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    del server
+    log = tmp_path / "train.log"
+    args = {"session_name": "ut-module", "command": "echo up; exec sleep 30", "log_path": str(log)}
+    started = invoke(capsys, args)
+    assert started["changed"] and started["state"] == "running" and started["pane_pid"] > 1 and started["tmux_version"], started
+    again = invoke(capsys, args)
+    assert not again["changed"] and again["pane_pid"] == started["pane_pid"] and again["proven"] is False, again
+    stopped = invoke(capsys, {"session_name": "ut-module", "state": "stopped"})
+    assert stopped["changed"] and stopped["state"] == "finished" and stopped["exit_status"] == 143 and stopped["log_path"] == str(log), stopped
+    assert log.read_text(encoding="utf-8").startswith("### trainops.pct_launch: session=ut-module started_at=")
+    assert (tmp_path / "run" / "ut-module" / "exit").is_file(), "the run dir is the module's run_root()"

@@ -1,90 +1,120 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Unit tests for trainops.pct_launch.tmux_session_info with pct replaced by a local ``sh -c``."""
+"""Unit tests for trainops.pct_launch.tmux_session_info: main() reports the sessions of this host.
+
+The report runs for real (tested in test_tmux_sessions.py) against a tmux server of the test's own
+(``Tmux.socket_name``) and a run root in the test's temp dir.
+"""
 
 from __future__ import annotations
 
 import json
-import subprocess
+import os
+import shutil
 import typing as t
+import uuid
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import ContainerNotFound
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli, _tmux_sessions
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session_info
 
-
-def private_tmux(program: str) -> str:
-    """The program with tmux talking to the test's private server (TMUX_TMPDIR) instead of root's default one."""
-    patched = (program.replace('tm() { env -i PATH="$PATH" HOME=/root tmux -u "$@"; }', 'tm() { tmux -u "$@"; }')
-               .replace('TMUX_ENV = {"PATH": PATH, "HOME": "/root"}', 'TMUX_ENV = None'))
-    assert 'env -i PATH="$PATH" HOME=/root tmux' not in patched and '"HOME": "/root"}' not in patched
-    return patched
+needs_tmux = pytest.mark.skipif(shutil.which("tmux", path=CLEAN_PATH) is None, reason="needs tmux")
 
 
-class LocalContainer:
-    """Runs programs here instead of in a container (private tmux socket dir); counts the calls."""
+class Reports:
+    """Counts the report's calls (the module must make none when its options are wrong)."""
 
-    def __init__(self, tmp_path: Path, error: Exception | None = None, fail: bool = False) -> None:
+    def __init__(self) -> None:
         self.calls = 0
-        self.env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "TMUX_TMPDIR": str(tmp_path), "LANG": "C.UTF-8"}
-        self.error = error
-        self.fail = fail
+        self.real = _tmux_sessions.report
 
-    def __call__(self, module: t.Any, vmid: int, program: str, stdin_data: bytes = b"", pct_path: str = "pct",
-                 timeout: float | None = None) -> tuple[int, str, str]:
+    def __call__(self, *args: t.Any) -> tuple[str, list[dict[str, t.Any]]]:
         self.calls += 1
-        if self.error is not None:
-            raise self.error
-        if self.fail:
-            program = "echo 'sh: 9: Syntax error' >&2; exit 2\n" + program
-        proc = subprocess.run(["/bin/sh", "-c", private_tmux(program)], capture_output=True, encoding="utf-8", errors="surrogateescape",
-                              env=self.env, stdin=subprocess.DEVNULL, timeout=60, check=False)
-        return proc.returncode, proc.stdout, proc.stderr
+        return self.real(*args)
 
 
-def run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], container: LocalContainer,
-               **args: t.Any) -> dict[str, t.Any]:
+@pytest.fixture()
+def reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[Reports]:
+    """A tmux server of the test's own, the run root in the test's temp dir, and the report's calls counted."""
+    socket = f"trainops-ut-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setattr(_tmux_cli.Tmux, "socket_name", socket)
+    monkeypatch.setattr(_tmux_sessions, "run_root", lambda: str(tmp_path / "run"))
+    counter = Reports()
+    monkeypatch.setattr(tmux_session_info, "report", counter)
+    try:
+        yield counter
+    finally:
+        _tmux_cli.Tmux().run("kill-server")
+        Path("/tmp", f"tmux-{os.geteuid()}", socket).unlink(missing_ok=True)
+
+
+def run_module(capsys: pytest.CaptureFixture[str], **args: t.Any) -> dict[str, t.Any]:
     """Run main() with these arguments; return its JSON result."""
-    monkeypatch.setattr(tmux_session_info, "run_in_container", container)
     with patch_module_args(args), pytest.raises(SystemExit):
         tmux_session_info.main()
     return json.loads(capsys.readouterr().out)
 
 
-def test_one_finished_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_options_have_no_container() -> None:
+    assert set(tmux_session_info.ARGUMENT_SPEC) == {"session_name", "log_path", "lines"}
+
+
+def test_one_finished_session(tmp_path: Path, reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "t.log"
-    log.write_text("### trainops.pct_launch: session=t\n" + "".join(f"line {i}\n" for i in range(30)))
-    (tmp_path / "t.log.exit").write_text("session_name=t\nexit_status=0\nended_at=2025-01-01T00:00:09Z\n")
-    container = LocalContainer(tmp_path)
-    result = run_module(monkeypatch, capsys, container, vmid=250, session_name="t", log_path=str(log), _ansible_check_mode=True)
-    assert container.calls == 1 and result["changed"] is False
+    log.write_text("### trainops.pct_launch: session=t\n" + "".join(f"line {i}\n" for i in range(30)), encoding="utf-8")
+    Path(f"{log}.exit").write_text("session_name=t\nexit_status=0\nended_at=2025-01-01T00:00:09Z\n", encoding="utf-8")
+    result = run_module(capsys, session_name="t", log_path=str(log), _ansible_check_mode=True)
+    assert reports.calls == 1 and result["changed"] is False and not result.get("failed")
     session = result["session"]
     assert session["state"] == "finished" and session["exit_status"] == 0 and len(session["log_tail"]) == 20
-    assert session["log_tail"][-1] == "line 29" and result["sessions"] == [session]
+    assert session["log_tail"][-1] == "line 29" and result["sessions"] == [session] and session["ended_at"] == "2025-01-01T00:00:09Z"
+    assert run_module(capsys, session_name="t", log_path=str(log), lines=2)["session"]["log_tail"] == ["line 28", "line 29"]
 
 
-def test_no_server_is_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_module(monkeypatch, capsys, LocalContainer(tmp_path), vmid=250)
+def test_no_server_is_not_an_error(reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_module(capsys)
     assert not result.get("failed") and result["sessions"] == [] and result["tmux"] in ("no_server", "missing")
-    assert "session" not in result
+    assert "session" not in result and reports.calls == 1
 
 
-def test_pct_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    error = ContainerNotFound(251, "no such container on this node (Configuration file 'nodes/n/lxc/251.conf' does not exist)", 2)
-    result = run_module(monkeypatch, capsys, LocalContainer(tmp_path, error=error), vmid=251, session_name="x")
-    assert result["failed"] and result["msg"].startswith("Cannot report tmux session x in container 251: no such container")
+@needs_tmux
+def test_a_running_session(reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _tmux_cli.Tmux().run("new-session", "-d", "-s", "busy", "sleep 30")[0] == 0
+    result = run_module(capsys)
+    assert result["tmux"] == "running" and [entry["name"] for entry in result["sessions"]] == ["busy"]
+    busy = result["sessions"][0]
+    assert busy["state"] == "running" and busy["pane_pid"] > 1 and busy["managed"] is False
+    one = run_module(capsys, session_name="busy")
+    assert one["session"] == busy and one["sessions"] == [busy] and reports.calls == 2
+    assert run_module(capsys, session_name="other")["session"]["state"] == "absent"
 
 
-def test_program_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_module(monkeypatch, capsys, LocalContainer(tmp_path, fail=True), vmid=250)
-    assert result["failed"]
-    assert result["msg"] == "Cannot report the tmux sessions of container 250: the report program failed (exit status 2): sh: 9: Syntax error"
+@pytest.mark.parametrize("args, fragment", [
+    ({"session_name": "bad name"}, "Invalid session_name 'bad name'"),
+    ({"session_name": "t", "log_path": "t.log"}, "Invalid log_path 't.log'"),
+    ({"lines": -1}, "Cannot use option lines -1"),
+    ({"log_path": "/w/t.log"}, "missing parameter(s) required by 'log_path': session_name"),
+    ({"vmid": 250}, "Unsupported parameters for (basic.py) module: vmid."),
+    ({"vmid": 250, "pct_path": "pct", "session_name": "t"}, "Unsupported parameters for (basic.py) module: pct_path, vmid."),
+])
+def test_bad_options_report_nothing(reports: Reports, capsys: pytest.CaptureFixture[str], args: dict[str, t.Any], fragment: str) -> None:
+    result = run_module(capsys, **args)
+    assert result["failed"] and fragment in result["msg"], result["msg"]
+    assert reports.calls == 0
 
 
-def test_bad_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    container = LocalContainer(tmp_path)
-    result = run_module(monkeypatch, capsys, container, vmid=250, session_name="bad name")
-    assert result["failed"] and result["msg"].startswith("Cannot use option session_name 'bad name'") and container.calls == 0
+def test_the_report_reads_a_launch_from_its_run_dir(tmp_path: Path, reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "gone.log"
+    log.write_text("last words\n", encoding="utf-8")
+    run_dir = tmp_path / "run" / "gone"
+    run_dir.mkdir(parents=True)
+    (run_dir / "log_path").write_text(str(log), encoding="utf-8")
+    (run_dir / "exit").write_text(exit_record_text("gone", 2, "S", "E"), encoding="utf-8")
+    result = run_module(capsys, session_name="gone")
+    assert result["session"]["state"] == "finished" and result["session"]["exit_status"] == 2 and result["session"]["log_path"] == str(log)
+    assert result["session"]["log_tail"] == ["last words"] and reports.calls == 1
+    assert sorted(p.name for p in run_dir.iterdir()) == ["exit", "log_path"], "the report only reads"

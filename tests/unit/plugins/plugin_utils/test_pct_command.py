@@ -16,11 +16,17 @@ from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
     CLEAN_PATH,
+    CONFIG_BATCH_SCRIPT,
+    NODE_SHELL,
+    VMID_MAX,
+    VMID_MIN,
     PctOptionError,
     PctTarget,
     build_command,
     clean_environment,
+    config_batch_argv,
     fetch_command,
+    list_argv,
     parse_node,
     parse_ssh_args,
     parse_vmid,
@@ -75,6 +81,20 @@ def test_parse_vmid_rejects_and_names_the_variable(value: object) -> None:
         parse_vmid(value)
 
 
+def test_vmid_bounds_are_those_of_proxmox_ve() -> None:
+    """The one definition of the VMID range (pve-container: 100 to 999999999), used by the connection and the inventory."""
+    assert (VMID_MIN, VMID_MAX) == (100, 999_999_999)
+    assert parse_vmid(VMID_MIN) == VMID_MIN and parse_vmid(str(VMID_MAX)) == VMID_MAX
+    for value in (VMID_MIN - 1, VMID_MAX + 1, str(VMID_MAX + 1)):
+        with pytest.raises(PctOptionError, match=rf"from {VMID_MIN} to {VMID_MAX}"):
+            parse_vmid(value)
+
+
+@given(st.integers(min_value=VMID_MIN, max_value=VMID_MAX))
+def test_parse_vmid_accepts_every_vmid_of_the_range(vmid: int) -> None:
+    assert parse_vmid(vmid) == vmid and parse_vmid(str(vmid)) == vmid
+
+
 @pytest.mark.parametrize("value", [None, ""])
 def test_parse_vmid_missing_names_the_variable(value: object) -> None:
     with pytest.raises(PctOptionError, match=r"^Missing container id: set the host variable pct_vmid"):
@@ -118,6 +138,13 @@ def test_in_container_commands() -> None:
     assert shell_command("echo hi") == ["/bin/sh", "-c", "echo hi"]
     assert put_command("-x y") == ["/bin/sh", "-c", 'cat > "$1"', "sh", "-x y"]
     assert fetch_command("-x y") == ["cat", "--", "-x y"]
+
+
+def test_inventory_commands() -> None:
+    assert list_argv("/usr/sbin/pct") == ["/usr/sbin/pct", "list"]
+    assert config_batch_argv("/opt/my pct", [340, 341], "### m") == [NODE_SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", "### m", "/opt/my pct",
+                                                                     "340", "341"]
+    assert config_batch_argv("pct", [], "m")[-2:] == ["m", "pct"]
 
 
 def test_local_argv_is_plain_pct_exec() -> None:

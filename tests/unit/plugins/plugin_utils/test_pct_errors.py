@@ -36,6 +36,12 @@ def test_pct_and_lxc_failures(target: PctTarget, rc: int, stderr: bytes, expecte
     assert cause is not None and expected in cause
 
 
+@pytest.mark.parametrize("target, node", [(LOCAL, "the local node"), (REMOTE, "node pve1")])
+def test_a_missing_container_names_the_node_and_quotes_pct(target: PctTarget, node: str) -> None:
+    line = "Configuration file 'nodes/pve1/lxc/201.conf' does not exist"
+    assert diagnose(target, 2, (line + "\n").encode()) == f"the container does not exist on {node} (pct: {line})"
+
+
 @pytest.mark.parametrize("target", [LOCAL, REMOTE])
 @pytest.mark.parametrize(
     "rc, stderr",

@@ -11,19 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CONFIG_BATCH_SCRIPT, config_batch_argv, list_argv
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_inventory import (
-    CONFIG_BATCH_SCRIPT,
     ListedContainer,
     NodeSpec,
     PctConfig,
     PctInventoryError,
     check_host_name_format,
-    config_batch_argv,
     connection_vars,
     container_vars,
     first_addresses,
     host_name,
-    list_argv,
     networks,
     node_command,
     node_group,
