@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from bench_env import MAIN_NODE, MAIN_VMID, NO_PERSIST, NODE_VMIDS, SHIPPED, TUNED, Context, Run, median
+from bench_env import LAUNCH_SHIPPED, MAIN_NODE, MAIN_VMID, NO_PERSIST, NODE_VMIDS, SHIPPED, TUNED, Context, Run, median
 from bench_setup import JOB_FILE, log
 
 PATTERN_PY = r"^step \d+ loss"
@@ -121,7 +121,7 @@ def call_kind(argv: Sequence[str]) -> str:
     if argv[1:2] == ["status"]:
         return "pct status (preflight)"
     if command == ["/bin/sh", "-s"]:
-        return "exec /bin/sh -s (tmux_session, wait_for_log)"
+        return "exec /bin/sh -s (a module run on the node with vmid)"
     if command[:2] == ["/bin/sh", "-c"]:
         return "exec /bin/sh -c (pct connection: module tasks)"
     return "exec " + " ".join(command[:2])
@@ -136,8 +136,46 @@ def call_kinds(run: Run) -> str:
     return ", ".join(f"{count} {kind}" for kind, count in kinds.items())
 
 
-def launch_runs(ctx: Context, delay: float) -> dict[str, list[Run]]:
-    """Baseline and launch-only (interleaved, ctx.repeat each), the re-run, and launch.yml per configuration."""
+def short_action(action: object) -> str:
+    """A task's module without its collection: ``trainops.pct_launch.tmux_session`` → ``tmux_session``."""
+    return str(action).rsplit(".", 1)[-1]
+
+
+def calls_per_task(run: Run) -> dict[str, int]:
+    """The pct calls of a run by the module whose task made them, measured from the call log and the callback.
+
+    A call's VMID (``pct exec VMID``) names its host ``ctVMID``; a host runs one task at a time, and the
+    callback records a task's result after the task's last pct call, so a call belongs to the first task of
+    its host whose result came at or after the call's start. Calls outside any task are ``(no task)``.
+    """
+    actions: dict[tuple[str, str], str] = {}
+    ends: dict[str, list[tuple[float, str]]] = {}
+    for event in run.events:
+        key = (str(event.get("host")), str(event.get("task")))
+        if event["event"] == "host_start":
+            actions[key] = short_action(event["action"])
+        elif event["event"] == "host_end":
+            ends.setdefault(key[0], []).append((float(str(event["time"])), actions.get(key, key[1])))
+    counts: dict[str, int] = {}
+    for call in run.calls:
+        argv = [str(arg) for arg in call["argv"]]  # type: ignore[attr-defined]
+        host = f"ct{argv[2]}" if len(argv) > 2 and argv[1] in ("exec", "status") else ""
+        started = float(str(call["time"]))
+        task = next((action for ended, action in sorted(ends.get(host, [])) if ended >= started), "(no task)")
+        counts[task] = counts.get(task, 0) + 1
+    return counts
+
+
+def calls_by_task(run: Run) -> str:
+    """pct calls by task, as ``1 tmux_session + 1 wait_for_log``."""
+    return " + ".join(f"{count} {task}" for task, count in calls_per_task(run).items()) or "none"
+
+
+def launch_runs(ctx: Context, delay: float, whole: bool = True) -> dict[str, list[Run]]:
+    """Baseline and launch-only (interleaved, ctx.repeat each), the re-run, and (whole) launch.yml per configuration.
+
+    launch_only.yml runs as shipped: the pct connection's defaults, pipelining on.
+    """
     ctx.set_delay(delay)
     job, base, tag = job_vars(ctx, "bench", JOB_COMMAND), baseline_job("base"), f"delay {delay:g}"
     runs: dict[str, list[Run]] = {"baseline": [], "launch-only": []}
@@ -146,8 +184,10 @@ def launch_runs(ctx: Context, delay: float) -> dict[str, list[Run]]:
         stop_sessions(ctx, "base", MAIN)
         runs["baseline"].append(checked(ctx.baseline(f"baseline {tag} #{index + 1}", MAIN_VMID, MAIN_NODE, base)))
         stop_sessions(ctx, "bench", MAIN)
-        runs["launch-only"].append(checked(ctx.playbook(f"launch-only {tag} #{index + 1}", LAUNCH_ONLY, MAIN, SHIPPED, job)))
-    runs["launch-only re-run"] = [checked(ctx.playbook(f"launch-only re-run {tag}", LAUNCH_ONLY, MAIN, SHIPPED, job))]
+        runs["launch-only"].append(checked(ctx.playbook(f"launch-only {tag} #{index + 1}", LAUNCH_ONLY, MAIN, LAUNCH_SHIPPED, job)))
+    runs["launch-only re-run"] = [checked(ctx.playbook(f"launch-only re-run {tag}", LAUNCH_ONLY, MAIN, LAUNCH_SHIPPED, job))]
+    if not whole:
+        return runs
     for config in [SHIPPED, TUNED]:
         stop_sessions(ctx, "bench", MAIN)
         runs[f"launch.yml {config.name}"] = [checked(ctx.playbook(f"launch.yml {config.name} {tag}", LAUNCH, MAIN, config, job))]
@@ -158,20 +198,22 @@ def launch_runs(ctx: Context, delay: float) -> dict[str, list[Run]]:
 
 
 def count_rows(runs: dict[str, list[Run]]) -> list[Row]:
-    """pct calls per run (delay 0), from the nodes' call logs."""
+    """pct calls per run (delay 0), from the nodes' call logs; launch_only.yml's also by task (rows of runs made only)."""
     section = "pct calls (call log of the nodes)"
     lines = [
-        ("launch + verify: tmux_session + wait_for_log (benchmarks/launch_only.yml); expected 2", "launch-only", False),
-        ("idempotent re-run of launch_only.yml (job running: no launch, no wait); expected 1", "launch-only re-run", False),
-        ("hand-written benchmarks/baseline_launch.sh", "baseline", False),
-        (f"whole playbooks/launch.yml, {SHIPPED.name}", f"launch.yml {SHIPPED.name}", True),
-        (f"whole launch.yml, idempotent re-run, with {TUNED.name}", "launch.yml re-run", True),
-        (f"whole launch.yml with {TUNED.name}", f"launch.yml {TUNED.name}", True),
+        ("launch + verify: tmux_session + wait_for_log (benchmarks/launch_only.yml); expected 2", "launch-only", "task"),
+        ("idempotent re-run of launch_only.yml (job running: no launch, no wait); expected 1", "launch-only re-run", "task"),
+        ("hand-written benchmarks/baseline_launch.sh", "baseline", ""),
+        (f"whole playbooks/launch.yml, {SHIPPED.name}", f"launch.yml {SHIPPED.name}", "play"),
+        (f"whole launch.yml, idempotent re-run, with {TUNED.name}", "launch.yml re-run", "play"),
+        (f"whole launch.yml with {TUNED.name}", f"launch.yml {TUNED.name}", "play"),
     ]
     rows = []
-    for measure, key, by_play in lines:
+    for measure, key, by in lines:
+        if key not in runs:
+            continue
         run = runs[key][-1]
-        raw = call_kinds(run) + (f"; by play: {calls_by_play(run)}" if by_play else "")
+        raw = call_kinds(run) + {"task": f"; by task: {calls_by_task(run)}", "play": f"; by play: {calls_by_play(run)}", "": ""}[by]
         rows.append(Row(section, measure, f"{len(run.calls)}{status(run)}", raw))
     return rows
 
@@ -182,7 +224,7 @@ def wall_rows(runs: dict[str, list[Run]], delay: float) -> list[Row]:
     reference = median([run.seconds for run in runs["baseline"]])
     rows = [Row(section, f"hand-written baseline_launch.sh (median of {len(runs['baseline'])})", seconds(reference),
                 raw_runs(runs["baseline"]))]
-    for key, what in [("launch-only", f"benchmarks/launch_only.yml, {SHIPPED.name}"),
+    for key, what in [("launch-only", f"benchmarks/launch_only.yml, {LAUNCH_SHIPPED.name}"),
                       ("launch-only re-run", "launch_only.yml, idempotent re-run"),
                       (f"launch.yml {SHIPPED.name}", f"playbooks/launch.yml, {SHIPPED.name}"),
                       (f"launch.yml {TUNED.name}", f"launch.yml with {TUNED.name}")]:
@@ -223,19 +265,21 @@ def task_breakdown(run: Run) -> dict[str, tuple[float, int]]:
 
 
 def breakdown_rows(runs: dict[str, list[Run]]) -> list[Row]:
-    """Where launch.yml's wall time goes, as shipped and tuned (delay 0)."""
+    """Where launch.yml's wall time goes, as shipped and tuned (delay 0; when launch.yml ran), and launch_only.yml's."""
     section = "where launch.yml's time goes (delay 0, one container)"
-    shipped, tuned = runs[f"launch.yml {SHIPPED.name}"][-1], runs[f"launch.yml {TUNED.name}"][-1]
-    left, right = task_breakdown(shipped), task_breakdown(tuned)
-    rows = [Row(section, "wall time: as shipped / with pipelining + ControlPersist", f"{seconds(shipped.seconds)} / {seconds(tuned.seconds)}",
-                f"{len(shipped.calls)} / {len(tuned.calls)} pct calls; controller CPU {shipped.cpu:.1f} / {tuned.cpu:.1f} s")]
-    for kind, (spent_left, count) in left.items():
-        spent_right = right.get(kind, (0.0, 0))[0]
-        share = f"{100 * spent_left / shipped.seconds:.0f} % / {100 * spent_right / tuned.seconds:.0f} %"
-        rows.append(Row(section, kind + (f" ({count} tasks)" if count else ""), f"{seconds(spent_left)} / {seconds(spent_right)}", share))
+    rows = []
+    if f"launch.yml {SHIPPED.name}" in runs and f"launch.yml {TUNED.name}" in runs:
+        shipped, tuned = runs[f"launch.yml {SHIPPED.name}"][-1], runs[f"launch.yml {TUNED.name}"][-1]
+        left, right = task_breakdown(shipped), task_breakdown(tuned)
+        rows.append(Row(section, "wall time: as shipped / with pipelining + ControlPersist", f"{seconds(shipped.seconds)} / {seconds(tuned.seconds)}",
+                        f"{len(shipped.calls)} / {len(tuned.calls)} pct calls; controller CPU {shipped.cpu:.1f} / {tuned.cpu:.1f} s"))
+        for kind, (spent_left, count) in left.items():
+            spent_right = right.get(kind, (0.0, 0))[0]
+            share = f"{100 * spent_left / shipped.seconds:.0f} % / {100 * spent_right / tuned.seconds:.0f} %"
+            rows.append(Row(section, kind + (f" ({count} tasks)" if count else ""), f"{seconds(spent_left)} / {seconds(spent_right)}", share))
     launch_only = sorted(runs["launch-only"], key=lambda run: run.seconds)[len(runs["launch-only"]) // 2]
     parts = "; ".join(f"{kind} {spent:.2f} s" for kind, (spent, dummy) in task_breakdown(launch_only).items())
-    rows.append(Row(section, "launch_only.yml, median run, as shipped", seconds(launch_only.seconds), parts))
+    rows.append(Row(section, f"launch_only.yml, median run, {LAUNCH_SHIPPED.name}", seconds(launch_only.seconds), parts))
     return rows
 
 
@@ -256,7 +300,7 @@ def detection_rows(ctx: Context) -> list[Row]:
     job = job_vars(ctx, "die", DIE_COMMAND)
     own, exit_file, verdict, waited, whole = [], [], [], [], []
     for index in range(ctx.repeat):
-        run = checked(ctx.playbook(f"dies after 1 s #{index + 1}", LAUNCH_ONLY, MAIN, SHIPPED, job), expect_rc=2)
+        run = checked(ctx.playbook(f"dies after 1 s #{index + 1}", LAUNCH_ONLY, MAIN, LAUNCH_SHIPPED, job), expect_rc=2)
         died, ended = death_times(ctx, "die")
         play_end = run.event_time("stats") or run.ended
         failed = [float(str(e["time"])) for e in run.events if e["event"] == "host_end" and e["status"] == "failed"] or [play_end]
@@ -347,7 +391,7 @@ def fanout_rows(ctx: Context, counts: Sequence[int]) -> list[Row]:
         calls = " / ".join(f"{len(run.calls)}{status(run)}" for run in variant_runs)
         cpu = " / ".join(f"{run.cpu:.1f}" for run in variant_runs)
         rows.append(Row(section, f"{' / '.join(map(str, counts))} containers, {label}: wall", " / ".join(seconds(wall) for wall in walls),
-                        f"pct calls {calls}; controller CPU {cpu} s"))
+                        f"pct calls {calls} (at {counts[-1]}: {calls_by_task(variant_runs[-1])}); controller CPU {cpu} s"))
         for index in range(1, len(counts)):
             added = counts[index] - counts[0]
             rows.append(Row(section, f"cost per added container {counts[0]}→{counts[index]}, {label}", seconds((walls[index] - walls[0]) / added),

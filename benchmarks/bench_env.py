@@ -4,8 +4,11 @@
 
 Everything runs against two simulated Proxmox VE nodes of the stand-in (tools/pve_standin/node.sh),
 ``pve-g`` (127.0.0.17) and ``pve-h`` (127.0.0.18), reached over ssh on loopback, with containers
-400-415 on pve-g and 450-465 on pve-h. Each node's ``knobs.conf`` sets the stand-in's per-call
-``delay`` and a ``call_log`` from which every run's pct calls are counted.
+400-415 on pve-g and 450-465 on pve-h. The containers are inventory hosts ``ctVMID`` reached through the
+connection plugin ``trainops.pct_launch.pct`` (``pct_vmid``, ``pct_node``): the collection's modules run on
+them, each pipelined module task one ``pct exec`` on the node. Each node's ``knobs.conf`` sets the
+stand-in's per-call ``delay`` and a ``call_log`` from which every run's pct calls are counted: whatever
+runs ``pct`` on a node, the pct connection included, appends a line there.
 """
 from __future__ import annotations
 
@@ -39,13 +42,17 @@ class Config:
     """How Ansible reaches the nodes and containers in one run."""
 
     name: str
-    pipelining: bool
+    pipelining: bool | None  # None: ANSIBLE_PIPELINING unset, the pct connection's own default (on) applies
     pct_persist: bool  # ControlPersist for the pct connection's ssh to the node
     ssh_persist: bool  # ControlPersist for tasks delegated to the node (Ansible's ssh default: on)
 
 
-# The shipped playbooks with the inventory the README shows: Ansible's defaults.
+# The shipped playbooks with the inventory the README shows and Ansible's defaults, pipelining off:
+# the configuration of the runs before the pct connection pipelined by default (read it as "pipelining off").
 SHIPPED = Config("as shipped (Ansible defaults)", pipelining=False, pct_persist=False, ssh_persist=True)
+# launch_only.yml as shipped now: the pct connection's own defaults (pipelining on, one ssh per command).
+# Its modules run on the containers, so without pipelining a module task would cost 4 to 6 pct exec.
+LAUNCH_SHIPPED = Config("as shipped (pct connection defaults: pipelining on)", pipelining=None, pct_persist=False, ssh_persist=True)
 PIPELINED = Config("pipelining", pipelining=True, pct_persist=False, ssh_persist=True)
 TUNED = Config("pipelining + ControlPersist", pipelining=True, pct_persist=True, ssh_persist=True)
 NO_PERSIST = Config("no ControlPersist", pipelining=True, pct_persist=False, ssh_persist=False)
@@ -154,7 +161,12 @@ class Context:
                            capture_output=True, check=False, timeout=30)
 
     def inventory(self, hosts: Sequence[tuple[int, str]], config: Config) -> Path:
-        """Write an inventory: the nodes (group nodes) and containers ctVMID (group training)."""
+        """Write an inventory: the nodes (group nodes) and containers ctVMID (group training).
+
+        The containers are the hosts the modules run on, through the pct connection to their node
+        (``pct_node``, reached with our ssh_config); the nodes are there for launch.yml's tasks that
+        are delegated to them (preflight's ``pct status``), with Ansible's ssh connection.
+        """
         pct_ssh = f"-F {self.ssh_config}" + (f" {self.persist_args()}" if config.pct_persist else "")
         # Ansible's own default for its ssh connection is "-C -o ControlMaster=auto -o ControlPersist=60s";
         # the same with a ControlPath of ours, so the runs can close it and start cold.
@@ -171,14 +183,19 @@ class Context:
                          "ansible_python_interpreter": "/usr/bin/python3"},
             },
         }
-        path = self.workdir / f"inventory-{len(hosts)}-{config.pipelining:d}{config.pct_persist:d}{config.ssh_persist:d}.json"
+        pipelining = "d" if config.pipelining is None else f"{config.pipelining:d}"
+        path = self.workdir / f"inventory-{len(hosts)}-{pipelining}{config.pct_persist:d}{config.ssh_persist:d}.json"
         path.write_text(json.dumps(data, indent=1), encoding="utf-8")
         return path
 
     def ansible_env(self, config: Config, forks: int = 5) -> dict[str, str]:
         """Environment of an ansible or ansible-playbook run with this configuration."""
         env = dict(os.environ)
-        env.update(ANSIBLE_PIPELINING=str(config.pipelining), ANSIBLE_FORKS=str(forks), ANSIBLE_NOCOLOR="1",
+        if config.pipelining is None:
+            env.pop("ANSIBLE_PIPELINING", None)
+        else:
+            env["ANSIBLE_PIPELINING"] = str(config.pipelining)
+        env.update(ANSIBLE_FORKS=str(forks), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_CALLBACK_PLUGINS=str(BENCH / "callback_plugins"), ANSIBLE_CALLBACKS_ENABLED="trainops_bench_timer",
                    ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_RETRY_FILES_ENABLED="False")
         return env

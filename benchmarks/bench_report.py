@@ -18,12 +18,13 @@ def ansible_version() -> str:
     return proc.stdout.splitlines()[0] if proc.returncode == 0 and proc.stdout else "unknown"
 
 
-def conditions(repeat: int, setup: dict[str, float], load_before: Sequence[float], total: float) -> list[str]:
+def conditions(repeat: int, setup: dict[str, float], load_before: Sequence[float], total: float, launch_only: bool = False) -> list[str]:
     """The lines that say how and where the figures were measured."""
     load_after = os.getloadavg()
     steps = ", ".join(f"{name} {spent:.1f} s" for name, spent in setup.items())
+    command = "`benchmarks/run.sh --launch-only` (the cases of launch_only.yml only)" if launch_only else "`benchmarks/run.sh`"
     return [
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `benchmarks/run.sh` on {os.cpu_count()} CPUs, "
+        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by {command} on {os.cpu_count()} CPUs, "
         f"{platform.python_implementation()} {platform.python_version()}, {ansible_version()}; "
         f"load average {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end (other work shares the machine: "
         f"figures are noisy, compare ratios measured in the same run).",

@@ -4,6 +4,8 @@
 
 Brings up the simulated nodes pve-g and pve-h, 32 containers, measures, prints the table and
 writes it to benchmarks/results.md, then destroys the containers and stops the nodes.
+``--launch-only`` measures only the runs of benchmarks/launch_only.yml (with the baseline it is
+compared with) and writes no file unless ``--output`` names one.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from bench_cases import (LAUNCH_ONLY, MAIN, JOB_COMMAND, Row, breakdown_rows, count_rows, detection_rows, fanout_rows,
                          fleet_death_rows, job_vars, launch_runs, stop_sessions, wall_rows)
-from bench_env import BENCH, SHIPPED, Context
+from bench_env import BENCH, LAUNCH_SHIPPED, Context
 from bench_overheads import overhead_rows
 from bench_report import conditions, render
 from bench_setup import log, set_up, tear_down
@@ -31,9 +33,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="benchmarks/run.sh", description=__doc__)
     parser.add_argument("--repeat", type=int, default=3, help="runs per cheap measurement, the median is reported (default 3)")
     parser.add_argument("--fanout", default="1,8,32", help="container counts of the fan-out (default 1,8,32; at most 32)")
-    parser.add_argument("--output", type=Path, default=BENCH / "results.md", help="where to write the table (default benchmarks/results.md)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="where to write the table (default benchmarks/results.md; with --launch-only, none)")
     parser.add_argument("--keep-workdir", action="store_true", help="keep the work folder with every run's output")
+    parser.add_argument("--launch-only", action="store_true",
+                        help="only the cases of benchmarks/launch_only.yml: its pct calls, re-run and wall time against the baseline "
+                             "at delay 0, detection on one container, fan-out (quick check; the table is printed, not written)")
     args = parser.parse_args(argv)
+    if args.output is None and not args.launch_only:
+        args.output = BENCH / "results.md"
     counts = [int(count) for count in args.fanout.split(",")]
     if any(count < 1 or count > 32 or (count > 1 and count % 2) for count in counts):
         parser.error("--fanout: counts from 1 to 32, even when more than 1 (half on each node)")
@@ -50,20 +58,25 @@ def section(rows: list[Row], name: str, measure: Callable[[], list[Row]]) -> Non
         rows.append(Row(name, "FAILED", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__))
 
 
-def launch_rows(ctx: Context, delay: float) -> list[Row]:
-    """pct calls (delay 0), wall times and ratios, and the time breakdown (delay 0) of the launch variants."""
-    runs = launch_runs(ctx, delay)
+def launch_rows(ctx: Context, delay: float, whole: bool = True) -> list[Row]:
+    """pct calls (delay 0), wall times and ratios, and the time breakdown (delay 0) of the launch variants (whole: launch.yml too)."""
+    runs = launch_runs(ctx, delay, whole)
     if delay == 0:
         return count_rows(runs) + wall_rows(runs, delay) + breakdown_rows(runs)
     return wall_rows(runs, delay)
 
 
-def measure_all(ctx: Context, counts: list[int]) -> list[Row]:
-    """Every measurement, in order; each group's failure is reported in the table."""
+def measure_all(ctx: Context, counts: list[int], launch_only: bool = False) -> list[Row]:
+    """Every measurement (launch_only: those of launch_only.yml), in order; each group's failure is reported in the table."""
     rows: list[Row] = []
     log("warm-up run (not reported)")
-    ctx.playbook("warm-up", LAUNCH_ONLY, MAIN, SHIPPED, job_vars(ctx, "warm", JOB_COMMAND))
+    ctx.playbook("warm-up", LAUNCH_ONLY, MAIN, LAUNCH_SHIPPED, job_vars(ctx, "warm", JOB_COMMAND))
     stop_sessions(ctx, "warm", MAIN)
+    if launch_only:
+        section(rows, "launch, delay 0", lambda: launch_rows(ctx, 0.0, whole=False))
+        section(rows, "detection", lambda: detection_rows(ctx))
+        section(rows, "fan-out", lambda: fanout_rows(ctx, counts))
+        return rows
     section(rows, "launch, delay 0", lambda: launch_rows(ctx, 0.0))
     section(rows, "launch, delay 0.5", lambda: launch_rows(ctx, 0.5))
     ctx.set_delay(0)
@@ -87,13 +100,14 @@ def main(argv: list[str]) -> int:
     setup: dict[str, float] = {}
     try:
         setup = set_up(ctx)
-        rows = measure_all(ctx, args.counts)
+        rows = measure_all(ctx, args.counts, args.launch_only)
     finally:
         tear_down(ctx)
-    text = render(rows, conditions(args.repeat, setup, load_before, time.monotonic() - started))
+    text = render(rows, conditions(args.repeat, setup, load_before, time.monotonic() - started, args.launch_only))
     print(text)
-    args.output.write_text(text, encoding="utf-8")
-    log(f"table written to {args.output}")
+    if args.output is not None:
+        args.output.write_text(text, encoding="utf-8")
+        log(f"table written to {args.output}")
     if args.keep_workdir:
         log(f"every run's output is in {workdir}/logs")
     else:

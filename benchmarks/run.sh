@@ -10,7 +10,9 @@
 # packages and `pct` with tools/pve_standin/setup.sh --no-container; node.sh
 # installs the OpenSSH server); about 5 minutes on 2 cores.
 #
-# Usage: benchmarks/run.sh [--repeat N] [--fanout 1,8,32] [--output FILE] [--keep-workdir]
+# Usage: benchmarks/run.sh [--repeat N] [--fanout 1,8,32] [--output FILE] [--keep-workdir] [--launch-only]
+#   --launch-only: only the cases of benchmarks/launch_only.yml (pct calls, re-run, detection,
+#   fan-out); prints the table and writes no file unless --output names one.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

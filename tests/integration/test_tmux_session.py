@@ -2,16 +2,19 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """Integration tests of trainops.pct_launch.tmux_session on real LXC containers (the pct stand-in).
 
-Every test runs the module through ``ansible-playbook`` on localhost, which is the (stand-in) Proxmox
-node. Containers: 241 (tmux installed), 242 (no tmux), 249 on a private node with the pty knob on.
+Every test runs the module through ``ansible-playbook`` on a container host reached with the
+collection's pct connection (``playbook_results.container_host``, pipelined: one ``pct exec`` per
+task), so the module runs inside the container. Containers: 241 (tmux installed), 242 (no tmux),
+248 (missing, then created stopped). pct calls are counted, and checked for a terminal, with a
+wrapper of the stand-in's pct given as the host variable ``pct_path``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
-import sys
 import threading
 import time
 import typing as t
@@ -19,40 +22,61 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import StandinNode, lines
+from . import playbook_results
+from .conftest import STANDIN_PCT, StandinNode, lines
+from .playbook_results import PlayRun, container_host, run_tasks
 
 pytestmark = pytest.mark.integration
 
 CT = 241
 CT_NO_TMUX = 242
-CT_PTY = 249
-PYTHON = sys.executable
+CT_MISSING = 248
+TASK = "launch"
 INSTALL_TMUX = "apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1; tmux -V"
 DUMP = ("import json, os, sys; json.dump({'argv': [os.fsencode(a).hex() for a in sys.argv[2:]], "
         "'env': {k.hex(): v.hex() for k, v in os.environb.items()}, 'cwd': os.fsencode(os.getcwd()).hex()}, open(sys.argv[1], 'w'))")
 # No '{{' / '{%' here: Ansible would template them before the module sees them.
 HOSTILE = ["it's", 'say "hi"', "$(touch /tmp/pwned)", "`touch /tmp/pwned`", "new\nline", "trailing\n", "*", "?[a]",
            "-dash", "--", "ünïcödé ✓", "back\\slash", "semi;", "100%", "tab\t", "", " lead", "'", "\\"]
+# Bytes a terminal would act on (^C, ^D, CR, ^Z): they must reach the job as data.
+CONTROL = "a\x03b\x04c\rd\x1ae"
+# The pct_path wrapper: one JSON line per call (its arguments, which of its fds 0-2 are terminals), then the stand-in's pct.
+# The connection runs pct with a clean environment, so the log's path is written into the wrapper.
+COUNTING_PCT = """#!/usr/bin/python3
+import json, os, sys
+with open({log!r}, "a", encoding="utf-8") as log:
+    log.write(json.dumps({{"argv": sys.argv[1:], "tty": [fd for fd in (0, 1, 2) if os.isatty(fd)]}}) + "\\n")
+os.execv({pct!r}, [{pct!r}, *sys.argv[1:]])
+"""
 
 
-def run_module(tmp_path: Path, args: dict[str, t.Any], check: bool = False, diff: bool = False,
-               env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, t.Any], float]:
-    """Run tmux_session once with ansible-playbook; return the process, the task result and the seconds it took."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    out = tmp_path / f"result-{time.monotonic_ns()}.json"
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": "launch", "trainops.pct_launch.tmux_session": args, "register": "r", "ignore_errors": True},
-        {"ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(out)}, "check_mode": False, "diff": False}]}]
-    path = out.with_suffix(".yml")
-    path.write_text(json.dumps(play), encoding="utf-8")
-    argv = [str(Path(PYTHON).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
-            "-e", f"ansible_python_interpreter={PYTHON}", str(path)] + (["--check"] if check else []) + (["--diff"] if diff else [])
+def host_name(vmid: int) -> str:
+    """The inventory name of the container host."""
+    return f"ct{vmid}"
+
+
+def run_module(folder: Path, args: dict[str, t.Any], vmid: int = CT, options: t.Sequence[str] = (),
+               host_vars: dict[str, t.Any] | None = None) -> tuple[PlayRun, dict[str, t.Any], float]:
+    """Run tmux_session once on container ``vmid`` (pct connection); return the run, the task result and the seconds it took."""
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, **(env or {})), timeout=600,
-                          stdin=subprocess.DEVNULL, check=False)
+    run = run_tasks(folder, {host_name(vmid): container_host(vmid, **(host_vars or {}))},
+                    [{"name": TASK, "trainops.pct_launch.tmux_session": args}], options=options)
     seconds = time.monotonic() - started
-    assert out.exists(), proc.stdout + proc.stderr
-    return proc, json.loads(out.read_text(encoding="utf-8")), seconds
+    return run, run.result(TASK, host_name(vmid)), seconds
+
+
+def counting_pct(folder: Path) -> tuple[Path, Path]:
+    """A wrapper of the stand-in's pct for the host variable ``pct_path``, and the JSON lines log of its calls."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log, wrapper = folder / "pct-calls.jsonl", folder / "pct"
+    wrapper.write_text(COUNTING_PCT.format(log=str(log), pct=str(STANDIN_PCT)), encoding="utf-8")
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def pct_calls(log: Path) -> list[dict[str, t.Any]]:
+    """The calls the wrapper logged, in order (none when the log does not exist)."""
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
 
 
 def ct_sh(node: StandinNode, vmid: int, script: str, *args: str, check: bool = True) -> str:
@@ -71,6 +95,11 @@ def session_alive(node: StandinNode, vmid: int, name: str) -> bool:
     return node.sh(vmid, 'tmux has-session -t "=$1" 2>/dev/null', name, check=False).returncode == 0
 
 
+def ct_hostname(node: StandinNode, vmid: int) -> str:
+    """The container's host name, which the module's messages name (``host NAME``)."""
+    return ct_sh(node, vmid, "cat /proc/sys/kernel/hostname").strip()
+
+
 @pytest.fixture(scope="module")
 def ct(standin: StandinNode) -> int:
     """CT 241 with tmux and python3; removed at the end of the session."""
@@ -81,46 +110,52 @@ def ct(standin: StandinNode) -> int:
 
 
 def base(name: str, **kwargs: t.Any) -> dict[str, t.Any]:
-    """Module arguments for a session in CT 241 logging to /w/NAME.log."""
-    args: dict[str, t.Any] = {"vmid": CT, "session_name": name, "log_path": f"/w/{name}.log"}
+    """Module arguments for a session logging to /w/NAME.log."""
+    args: dict[str, t.Any] = {"session_name": name, "log_path": f"/w/{name}.log"}
     args.update(kwargs)
     return args
 
 
 def test_healthy_start_then_unchanged(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    calls = tmp_path / "calls.jsonl"
+    wrapper, calls = counting_pct(tmp_path)
     args = base("healthy", command="echo first-output; exec sleep 300")
-    _proc, r, seconds = run_module(tmp_path, args, env={"PVE_STANDIN_CALL_LOG": str(calls)})
+    _run, r, seconds = run_module(tmp_path, args, host_vars={"pct_path": str(wrapper)})
     assert r["changed"] is True and r["state"] == "running", r
     assert isinstance(r["pane_pid"], int) and r["tmux_version"] and r["rotated_log"] is None
     assert r["started_at"].endswith("Z") and r["log_path"] == "/w/healthy.log"
-    calls_made = [json.loads(line)["argv"][1:] for line in calls.read_text(encoding="utf-8").splitlines()]
-    assert calls_made == [["exec", str(ct), "--", "/bin/sh", "-s"]], "one pct exec per launch, nothing else on its argv"
+    made = pct_calls(calls)
+    assert [call["argv"][:4] for call in made] == [["exec", str(ct), "--", "/bin/sh"]], "one pct exec per launch"
+    assert "first-output" not in json.dumps(made), "the module's arguments travel on stdin, never on pct's argv"
+    assert made[0]["tty"] == [], "pct got a terminal"
     print(f"launch through ansible-playbook: {seconds:.2f} s, 1 pct call")
     wait_in_ct(standin, ct, 'grep -q first-output /w/healthy.log')
     log = lines(standin.sh(ct, "cat /w/healthy.log").stdout)
     assert log[0].startswith("### trainops.pct_launch: session=healthy started_at=") and "command=echo first-output" in log[0]
     assert log[1] == "first-output"
     assert standin.sh(ct, 'kill -0 "$1"', str(r["pane_pid"]), check=False).returncode == 0
-    _proc, again, _s = run_module(tmp_path, args)
-    assert again["changed"] is False and again["pane_pid"] == r["pane_pid"] and again["state"] == "running"
+    _run, again, _s = run_module(tmp_path, args, host_vars={"pct_path": str(wrapper)})
+    assert again["changed"] is False and again["pane_pid"] == r["pane_pid"] and again["state"] == "running", again
+    assert len(pct_calls(calls)) == 2, "an idempotent re-run is one pct exec"
 
 
 def test_different_spec_fails_clearly(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    run_module(tmp_path, base("conflict", argv=["sleep", "300"], env={"TOKEN": "first-token-value"}))
-    _proc, r, _s = run_module(tmp_path, base("conflict", argv=["sleep", "301"], env={"TOKEN": "second-token-value"}))
-    assert r["failed"] is True
-    assert r["msg"].startswith("Cannot start session conflict in container 241: session conflict is already running with a different spec")
+    _run, first, _s = run_module(tmp_path, base("conflict", argv=["sleep", "300"], env={"TOKEN": "first-token-value"}))
+    assert first["changed"] is True, first
+    run, r, _s = run_module(tmp_path, base("conflict", argv=["sleep", "301"], env={"TOKEN": "second-token-value"}))
+    assert r["status"] == "failed" and r["error"] == "spec_conflict", r
+    host = ct_hostname(standin, ct)
+    assert r["msg"].startswith(f"Cannot start session conflict in host {host}: session conflict is already running with a different spec"), r["msg"]
     assert 'argv differs (running: ["sleep", "300"], wanted: ["sleep", "301"])' in r["msg"]
     assert "env differs (variables TOKEN; values not shown)" in r["msg"] and "state: restarted" in r["msg"]
-    assert "token-value" not in json.dumps(r)
-    assert "sleep 300" in ct_sh(standin, ct, "ps -eo args")
+    assert "token-value" not in json.dumps(r) and "token-value" not in run.proc.stdout + run.proc.stderr
+    assert "sleep 300" in ct_sh(standin, ct, "ps -eo args") and "sleep 301" not in ct_sh(standin, ct, "ps -eo args")
 
 
 def test_restart_rotates_and_records_the_old_run(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    _p, first, _s = run_module(tmp_path, base("restart", argv=["sleep", "300"]))
-    _p, r, _s = run_module(tmp_path, base("restart", argv=["sleep", "302"], state="restarted"), diff=True)
-    assert r["changed"] is True and r["state"] == "running" and r["pane_pid"] != first["pane_pid"]
+    _run, first, _s = run_module(tmp_path, base("restart", argv=["sleep", "300"]))
+    assert first["changed"] is True, first
+    _run, r, _s = run_module(tmp_path, base("restart", argv=["sleep", "302"], state="restarted"), options=["--diff"])
+    assert r["changed"] is True and r["state"] == "running" and r["pane_pid"] != first["pane_pid"], r
     assert r["rotated_log"] == "/w/restart.log.1" and r["exit_status"] == 143
     assert "command: sleep 300" in r["diff"]["before"] and "command: sleep 302" in r["diff"]["after"]
     old = ct_sh(standin, ct, "cat /w/restart.log.1 /w/restart.log.1.exit")
@@ -129,20 +164,22 @@ def test_restart_rotates_and_records_the_old_run(ct: int, standin: StandinNode, 
 
 
 def test_stop_with_term_then_unchanged(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    run_module(tmp_path, base("stopme", argv=["sleep", "300"]))
-    _p, r, _s = run_module(tmp_path, {"vmid": ct, "session_name": "stopme", "state": "stopped"})
-    assert r["changed"] is True and r["state"] == "finished" and r["exit_status"] == 143 and "killed" not in r
+    _run, first, _s = run_module(tmp_path, base("stopme", argv=["sleep", "300"]))
+    assert first["changed"] is True, first
+    _run, r, _s = run_module(tmp_path, {"session_name": "stopme", "state": "stopped"})
+    assert r["changed"] is True and r["state"] == "finished" and r["exit_status"] == 143 and "killed" not in r, r
     assert not session_alive(standin, ct, "stopme")
     assert "exit_status=143" in ct_sh(standin, ct, "cat /w/stopme.log.exit")
-    _p, r, _s = run_module(tmp_path, {"vmid": ct, "session_name": "stopme", "state": "stopped"})
-    assert r["changed"] is False
+    _run, r, _s = run_module(tmp_path, {"session_name": "stopme", "state": "stopped"})
+    assert r["changed"] is False and r["status"] == "ok", r
 
 
 def test_job_ignoring_term_is_killed_after_stop_timeout(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    run_module(tmp_path, base("stubborn", command="trap 'echo ignoring TERM' TERM; echo ready; while :; do sleep 1; done"))
+    _run, first, _s = run_module(tmp_path, base("stubborn", command="trap 'echo ignoring TERM' TERM; echo ready; while :; do sleep 1; done"))
+    assert first["changed"] is True, first
     wait_in_ct(standin, ct, "grep -q ready /w/stubborn.log")
     started = time.monotonic()
-    _p, r, _s = run_module(tmp_path, {"vmid": ct, "session_name": "stubborn", "state": "stopped", "stop_timeout": 2})
+    _run, r, _s = run_module(tmp_path, {"session_name": "stubborn", "state": "stopped", "stop_timeout": 2})
     assert r["changed"] is True and r["killed"] is True and r["exit_status"] == 137, r
     assert time.monotonic() - started < 20
     exit_file = ct_sh(standin, ct, "cat /w/stubborn.log.exit")
@@ -151,44 +188,60 @@ def test_job_ignoring_term_is_killed_after_stop_timeout(ct: int, standin: Standi
 
 
 def test_crash_at_start_records_the_exit_code(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    _p, r, _s = run_module(tmp_path, base("crash", command="echo about to fail; exit 7"))
-    assert r["changed"] is True
+    _run, r, _s = run_module(tmp_path, base("crash", command="echo about to fail; exit 7"))
+    assert r["changed"] is True, r
     wait_in_ct(standin, ct, "[ -e /w/crash.log.exit ]")
     assert "exit_status=7" in ct_sh(standin, ct, "cat /w/crash.log.exit")
     assert ct_sh(standin, ct, "tail -n 1 /w/crash.log").startswith("### trainops.pct_launch: session=crash exit_status=7")
 
 
 def test_missing_script_starts_nothing(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    _p, r, _s = run_module(tmp_path, base("noscript", argv=["python3", "train_missing.py"], chdir="/w"))
-    assert r["failed"] is True and r["error"] == "script_missing"
-    assert r["msg"] == ("Cannot start session noscript in container 241: script train_missing.py does not exist (relative to /w); "
-                        "nothing was started; check command/argv and chdir")
+    _run, r, _s = run_module(tmp_path, base("noscript", argv=["python3", "train_missing.py"], chdir="/w"))
+    assert r["status"] == "failed" and r["error"] == "script_missing", r
+    assert r["msg"] == (f"Cannot start session noscript in host {ct_hostname(standin, ct)}: script train_missing.py does not exist "
+                        "(relative to /w); nothing was started; check command/argv and chdir")
     assert not session_alive(standin, ct, "noscript")
     assert ct_sh(standin, ct, "ls /w/noscript.log /run/trainops/noscript 2>&1 || true").count("No such file") == 2
 
 
 def test_tmux_missing_is_a_clear_error(standin: StandinNode, tmp_path: Path) -> None:
     standin.create(CT_NO_TMUX)
-    _p, r, _s = run_module(tmp_path, {"vmid": CT_NO_TMUX, "session_name": "x", "command": "true", "log_path": "/tmp/x.log"})
-    assert r["failed"] is True
-    assert r["msg"] == ("Cannot start session x in container 242: tmux is not installed in CT 242: "
+    _run, r, _s = run_module(tmp_path, {"session_name": "x", "command": "true", "log_path": "/tmp/x.log"}, vmid=CT_NO_TMUX)
+    assert r["status"] == "failed" and r["error"] == "tmux_missing", r
+    assert r["msg"] == (f"Cannot start session x in host {ct_hostname(standin, CT_NO_TMUX)}: tmux is not installed on this host: "
                         "apply role trainops.pct_launch.tmux")
-    _p, r, _s = run_module(tmp_path, {"vmid": CT_NO_TMUX, "session_name": "x", "state": "stopped"})
-    assert r["changed"] is False and r["state"] == "absent"
+    assert ct_sh(standin, CT_NO_TMUX, "ls /tmp/x.log /run/trainops/x 2>&1 || true").count("No such file") == 2
+    _run, r, _s = run_module(tmp_path, {"session_name": "x", "state": "stopped"}, vmid=CT_NO_TMUX)
+    assert r["changed"] is False and r["state"] == "absent" and r["status"] == "ok", r
 
 
 def test_missing_and_stopped_containers(standin: StandinNode, tmp_path: Path) -> None:
-    _p, r, _s = run_module(tmp_path, {"vmid": 248, "session_name": "x", "command": "true", "log_path": "/tmp/x.log"})
-    assert r["failed"] is True and "no such container on this node" in r["msg"]
-    standin.create(248, start=False)
-    _p, r, _s = run_module(tmp_path, {"vmid": 248, "session_name": "x", "command": "true", "log_path": "/tmp/x.log"})
-    assert r["failed"] is True and "pct start 248" in r["msg"]
+    """The pct connection cannot run the module: the host is unreachable, with the connection's message."""
+    wrapper, calls = counting_pct(tmp_path)
+    args = {"session_name": "x", "command": "true", "log_path": "/root/x.log"}
+    if standin.pct("config", CT_MISSING).returncode == 0:  # left over from an earlier run of this test
+        standin.pct("destroy", CT_MISSING, "--force", check=True)
+    run, r, _s = run_module(tmp_path, args, vmid=CT_MISSING, host_vars={"pct_path": str(wrapper)})
+    assert r["unreachable"] is True and r["status"] == "unreachable" and run.proc.returncode == 4, r
+    assert (f"Cannot run a command in container {CT_MISSING}: the container does not exist on the local node "
+            f"(pct: Configuration file 'nodes/") in r["msg"], r["msg"]
+    assert run.results["stats"][host_name(CT_MISSING)]["unreachable"] == 1
+    assert standin.pct("config", CT_MISSING).returncode != 0, "the failed launch created a container"
+    standin.create(CT_MISSING, start=False)
+    run, r, _s = run_module(tmp_path, args, vmid=CT_MISSING, host_vars={"pct_path": str(wrapper)})
+    assert r["unreachable"] is True and r["status"] == "unreachable" and run.proc.returncode == 4, r
+    assert (f"Cannot run a command in container {CT_MISSING}: the container is not running; "
+            f"start it with 'pct start {CT_MISSING}'") in r["msg"], r["msg"]
+    assert [call["argv"][:2] for call in pct_calls(calls)] == [["exec", str(CT_MISSING)]] * 2, "pct did more than one exec per launch"
+    assert standin.pct("status", CT_MISSING).stdout.strip() == b"status: stopped"
+    standin.pct("start", CT_MISSING, check=True)
+    assert "No such file" in ct_sh(standin, CT_MISSING, "ls /root/x.log 2>&1 || true"), "something ran in the stopped container"
 
 
 def test_rotate_keeps_logs_and_never_overwrites(ct: int, standin: StandinNode, tmp_path: Path) -> None:
     for run in range(1, 5):
-        _p, r, _s = run_module(tmp_path, base("rot", command=f"echo run-{run}", log_keep=2))
-        assert r["changed"] is True and r["rotated_log"] == (None if run == 1 else "/w/rot.log.1")
+        _run, r, _s = run_module(tmp_path, base("rot", command=f"echo run-{run}", log_keep=2))
+        assert r["changed"] is True and r["rotated_log"] == (None if run == 1 else "/w/rot.log.1"), r
         wait_in_ct(standin, ct, "[ -e /w/rot.log.exit ]")
     expected = ["rot.log", "rot.log.1", "rot.log.1.exit", "rot.log.2", "rot.log.2.exit", "rot.log.exit"]
     assert ct_sh(standin, ct, "cd /w && ls rot.log*").split() == expected
@@ -198,8 +251,8 @@ def test_rotate_keeps_logs_and_never_overwrites(ct: int, standin: StandinNode, t
 
 def test_fail_if_exists_refuses_and_keeps_the_log(ct: int, standin: StandinNode, tmp_path: Path) -> None:
     ct_sh(standin, ct, "echo precious > /w/keep.log")
-    _p, r, _s = run_module(tmp_path, base("keep", command="echo new", log_mode="fail_if_exists"))
-    assert r["failed"] is True and r["error"] == "log_exists" and "fail_if_exists" in r["msg"]
+    _run, r, _s = run_module(tmp_path, base("keep", command="echo new", log_mode="fail_if_exists"))
+    assert r["status"] == "failed" and r["error"] == "log_exists" and "fail_if_exists" in r["msg"], r
     assert ct_sh(standin, ct, "cat /w/keep.log") == "precious\n"
     assert not session_alive(standin, ct, "keep")
 
@@ -218,13 +271,13 @@ def test_two_launches_at_once_start_one_job(ct: int, standin: StandinNode, tmp_p
 
 
 def test_check_mode_changes_nothing(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    _p, r, _s = run_module(tmp_path, base("checked", argv=["sleep", "300"]), check=True, diff=True)
-    assert r["changed"] is True and r["state"] == "running"
+    _run, r, _s = run_module(tmp_path, base("checked", argv=["sleep", "300"]), options=["--check", "--diff"])
+    assert r["changed"] is True and r["state"] == "running", r
     assert r["diff"]["before"] == "state: absent\n"
     assert not session_alive(standin, ct, "checked")
-    assert "No such file" in ct_sh(standin, ct, "ls /w/checked.log /run/trainops/checked 2>&1 || true")
-    _p, r, _s = run_module(tmp_path, base("checked", argv=["sleep", "300"], chdir="/nonexistent"), check=True)
-    assert r["failed"] is True and r["error"] == "chdir_missing"
+    assert ct_sh(standin, ct, "ls /w/checked.log /run/trainops/checked 2>&1 || true").count("No such file") == 2
+    _run, r, _s = run_module(tmp_path, base("checked", argv=["sleep", "300"], chdir="/nonexistent"), options=["--check"])
+    assert r["status"] == "failed" and r["error"] == "chdir_missing", r
 
 
 def test_env_secret_never_on_a_process_list_or_in_the_header(ct: int, standin: StandinNode, tmp_path: Path) -> None:
@@ -240,14 +293,15 @@ def test_env_secret_never_on_a_process_list_or_in_the_header(ct: int, standin: S
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        _p, r, _s = run_module(tmp_path, base("secret", command='printf "%s" "$API_TOKEN" > /w/secret.out; exec sleep 300',
-                                              env={"API_TOKEN": secret}))
+        run, r, _s = run_module(tmp_path, base("secret", command='printf "%s" "$API_TOKEN" > /w/secret.out; exec sleep 300',
+                                               env={"API_TOKEN": secret}))
         wait_in_ct(standin, ct, "[ -s /w/secret.out ]")
     finally:
         done.set()
         watcher.join()
-    assert r["changed"] is True
+    assert r["changed"] is True, r
     assert len(seen) > 20 and not any(secret in snapshot for snapshot in seen)
+    assert secret not in json.dumps(r) and secret not in run.proc.stdout + run.proc.stderr
     assert secret not in ct_sh(standin, ct, "cat /w/secret.log; ls -a /run/trainops/secret; cat /run/trainops/secret/spec")
     assert ct_sh(standin, ct, "cat /w/secret.out") == secret
     assert "env" not in ct_sh(standin, ct, "ls /run/trainops/secret").split()
@@ -257,7 +311,7 @@ def test_values_arrive_byte_exact(ct: int, standin: StandinNode, tmp_path: Path)
     env = {f"V{i}": value for i, value in enumerate(HOSTILE)}
     workdir = "/w/dir with 'quotes' and $(x)"
     ct_sh(standin, ct, 'mkdir -p "$1"', workdir)
-    _p, r, _s = run_module(tmp_path, base("exact", argv=["python3", "-c", DUMP, "/w/exact.json", *HOSTILE], env=env, chdir=workdir))
+    _run, r, _s = run_module(tmp_path, base("exact", argv=["python3", "-c", DUMP, "/w/exact.json", *HOSTILE], env=env, chdir=workdir))
     assert r["changed"] is True, r
     wait_in_ct(standin, ct, "[ -s /w/exact.json ]")
     dump = json.loads(ct_sh(standin, ct, "cat /w/exact.json"))
@@ -269,8 +323,8 @@ def test_values_arrive_byte_exact(ct: int, standin: StandinNode, tmp_path: Path)
 
 
 def test_user_and_venv(ct: int, standin: StandinNode, tmp_path: Path) -> None:
-    _p, r, _s = run_module(tmp_path, base("asuser", command='id -un; echo "$HOME $VIRTUAL_ENV"; command -v python',
-                                          user="trainer", venv="/w/venv"))
+    _run, r, _s = run_module(tmp_path, base("asuser", command='id -un; echo "$HOME $VIRTUAL_ENV"; command -v python',
+                                            user="trainer", venv="/w/venv"))
     assert r["changed"] is True, r
     wait_in_ct(standin, ct, "[ -e /w/asuser.log.exit ]")
     log = lines(standin.sh(ct, "cat /w/asuser.log").stdout)
@@ -278,27 +332,29 @@ def test_user_and_venv(ct: int, standin: StandinNode, tmp_path: Path) -> None:
     assert ct_sh(standin, ct, "stat -c %U /w/asuser.log") == "trainer\n"
 
 
-@pytest.fixture()
-def pty_node(private_node: StandinNode) -> t.Iterator[StandinNode]:
-    """A private node whose pct exec gives every command a pty (knobs.conf), with CT 249 and tmux."""
-    private_node.create(CT_PTY)
-    assert b"tmux" in private_node.sh(CT_PTY, INSTALL_TMUX, timeout=600).stdout
-    root = Path(private_node.env["PVE_STANDIN_ROOT"])
-    (root / "knobs.conf").write_text("pty=1\n", encoding="utf-8")
-    yield private_node
-
-
-def test_launch_works_when_pct_gives_a_pty(pty_node: StandinNode, tmp_path: Path) -> None:
-    env = {"PVE_STANDIN_ROOT": pty_node.env["PVE_STANDIN_ROOT"]}
-    assert "yes" in pty_node.sh(CT_PTY, "[ -t 0 ] && echo yes || echo no").stdout.decode()
-    args = {"vmid": CT_PTY, "session_name": "ptyjob", "argv": ["sh", "-c", 'python3 -c "$0" "$@"; exec sleep 300', DUMP, "/tmp/pty.json", *HOSTILE],
-            "env": {"CTRL": "a\x03b\x04c\rd\x1ae"}, "log_path": "/tmp/pty.log"}
-    _p, r, seconds = run_module(tmp_path, args, env=env)
-    assert r["changed"] is True and r["state"] == "running", r
-    print(f"launch under a pty: {seconds:.2f} s")
-    pty_node.sh(CT_PTY, 'i=0; until [ -s /tmp/pty.json ]; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done')
-    dump = json.loads(pty_node.sh(CT_PTY, "cat /tmp/pty.json").stdout)
+def test_launch_from_a_terminal_gives_pct_no_terminal(ct: int, standin: StandinNode, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-playbook in a real terminal (script(1)): pct never gets it, and control bytes reach the job as data."""
+    real = playbook_results.ansible_playbook()
+    tty_seen = tmp_path / "tty"
+    in_terminal = tmp_path / "ansible-playbook-in-a-terminal"
+    in_terminal.write_text("#!/usr/bin/python3\nimport os, shlex, sys\n"
+                           f"inner = 'tty > {shlex.quote(str(tty_seen))}; exec ' + shlex.join([{real!r}, *sys.argv[1:]])\n"
+                           "os.execvp('script', ['script', '-qefc', inner, '/dev/null'])\n", encoding="utf-8")
+    in_terminal.chmod(0o755)
+    monkeypatch.setattr(playbook_results, "ansible_playbook", lambda: str(in_terminal))
+    wrapper, calls = counting_pct(tmp_path)
+    args = base("fromtty", argv=["sh", "-c", 'python3 -c "$0" "$@"; exec sleep 300', DUMP, "/w/fromtty.json", *HOSTILE],
+                env={"CTRL": CONTROL})
+    run, r, _s = run_module(tmp_path, args, host_vars={"pct_path": str(wrapper)})
+    assert tty_seen.read_text(encoding="utf-8").startswith("/dev/pts/"), "ansible-playbook did not run in a terminal"
+    assert r["changed"] is True and r["state"] == "running", (r, run.proc.stdout[-3000:])
+    made = pct_calls(calls)
+    assert len(made) == 1 and made[0]["tty"] == [], f"pct got a terminal on fds {made}"
+    wait_in_ct(standin, ct, "[ -s /w/fromtty.json ]")
+    dump = json.loads(ct_sh(standin, ct, "cat /w/fromtty.json"))
     assert [bytes.fromhex(a).decode() for a in dump["argv"]] == HOSTILE
-    assert dump["env"][b"CTRL".hex()] == "a\x03b\x04c\rd\x1ae".encode().hex()
-    _p, again, _s = run_module(tmp_path, args, env=env)
-    assert again["failed"] is not True and again["changed"] is False
+    assert dump["env"][b"CTRL".hex()] == CONTROL.encode().hex()
+    _run, again, _s = run_module(tmp_path, args, host_vars={"pct_path": str(wrapper)})
+    assert again["changed"] is False and again["status"] == "ok", again
+    assert [call["tty"] for call in pct_calls(calls)] == [[], []]
