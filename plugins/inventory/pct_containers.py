@@ -191,7 +191,6 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors im
 )
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_inventory import (
     NodeSpec,
-    PctInventoryError,
     check_host_name_format,
     connection_vars,
     container_vars,
@@ -199,10 +198,13 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_inventory
     node_command,
     node_group,
     parse_nodes,
+    status_group,
+)
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_output import (
+    PctInventoryError,
     parse_pct_config,
     parse_pct_list,
     split_config_batch,
-    status_group,
 )
 
 display = Display()

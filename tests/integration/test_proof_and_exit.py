@@ -18,9 +18,8 @@ modules running in the container, an inventory host reached with the collection'
   (short ``job_wait_timeout``), with the usual message, and leaves the job running.
 * Full log file system: a 64 KiB tmpfs in the container is the log's directory; the job fills it and
   exits 3. LOG.exit is missing (no room for it), ``/run/trainops/NAME/exit`` (mode 0600) has the record,
-  and wait_for_log (verdict died) and tmux_session_info (state finished) report exit status 3.
-  The job's parent the launch now starts (module_utils/_job_parent.py) dies of ENOSPC writing the trailer
-  line before it writes the record: the test xfails on exactly that outcome, and checks everything else.
+  and wait_for_log (verdict died) and tmux_session_info (state finished) report exit status 3 (the
+  job's parent loses its trailer line to ENOSPC, never the record).
 
 VMIDs: 640 (proof), 641 (full file system).
 """
@@ -297,11 +296,7 @@ def test_exit_status_survives_a_full_log_fs(ct_full: int, standin: StandinNode, 
     files = standin.sh(ct_full, 'ls -A "$1"', FULL).stdout.decode().split()
     assert f"{name}.log.exit" not in files and not [f for f in files if ".tmp." in f], files
     run_dir = standin.sh(ct_full, 'ls -A "$1"', f"/run/trainops/{name}").stdout.decode().split()
-    if (wait["session_state"], wait["exit_status"], info["session"]["state"]) == ("vanished", None, "vanished") \
-            and "exit" not in run_dir and "pgid" in run_dir:
-        # The job's parent (module_utils/_job_parent.py run()) dies of ENOSPC appending the trailer line to the
-        # full log, before it writes RUN_DIR/exit (it leaves its pgid file behind): the exit status is lost.
-        pytest.xfail(f"known bug of the job parent on a full log file system: no exit record, session vanished ({run_dir})")
+    assert "exit" in run_dir and "pgid" not in run_dir, run_dir
     assert wait["exit_status"] == 3 and wait["session_state"] == "finished", wait
     assert wait["msg"].startswith(f"Job did not start in session {name} in container {ct_full}: the job ended with exit status 3")
     assert info["session"]["state"] == "finished" and info["session"]["exit_status"] == 3, info

@@ -95,11 +95,6 @@ def session_alive(node: StandinNode, vmid: int, name: str) -> bool:
     return node.sh(vmid, 'tmux has-session -t "=$1" 2>/dev/null', name, check=False).returncode == 0
 
 
-def ct_hostname(node: StandinNode, vmid: int) -> str:
-    """The container's host name, which the module's messages name (``host NAME``)."""
-    return ct_sh(node, vmid, "cat /proc/sys/kernel/hostname").strip()
-
-
 @pytest.fixture(scope="module")
 def ct(standin: StandinNode) -> int:
     """CT 241 with tmux and python3; removed at the end of the session."""
@@ -143,8 +138,7 @@ def test_different_spec_fails_clearly(ct: int, standin: StandinNode, tmp_path: P
     assert first["changed"] is True, first
     run, r, _s = run_module(tmp_path, base("conflict", argv=["sleep", "301"], env={"TOKEN": "second-token-value"}))
     assert r["status"] == "failed" and r["error"] == "spec_conflict", r
-    host = ct_hostname(standin, ct)
-    assert r["msg"].startswith(f"Cannot start session conflict in host {host}: session conflict is already running with a different spec"), r["msg"]
+    assert r["msg"].startswith(f"Cannot start session conflict in container {ct}: session conflict is already running with a different spec"), r["msg"]
     assert 'argv differs (running: ["sleep", "300"], wanted: ["sleep", "301"])' in r["msg"]
     assert "env differs (variables TOKEN; values not shown)" in r["msg"] and "state: restarted" in r["msg"]
     assert "token-value" not in json.dumps(r) and "token-value" not in run.proc.stdout + run.proc.stderr
@@ -198,7 +192,7 @@ def test_crash_at_start_records_the_exit_code(ct: int, standin: StandinNode, tmp
 def test_missing_script_starts_nothing(ct: int, standin: StandinNode, tmp_path: Path) -> None:
     _run, r, _s = run_module(tmp_path, base("noscript", argv=["python3", "train_missing.py"], chdir="/w"))
     assert r["status"] == "failed" and r["error"] == "script_missing", r
-    assert r["msg"] == (f"Cannot start session noscript in host {ct_hostname(standin, ct)}: script train_missing.py does not exist "
+    assert r["msg"] == (f"Cannot start session noscript in container {ct}: script train_missing.py does not exist "
                         "(relative to /w); nothing was started; check command/argv and chdir")
     assert not session_alive(standin, ct, "noscript")
     assert ct_sh(standin, ct, "ls /w/noscript.log /run/trainops/noscript 2>&1 || true").count("No such file") == 2
@@ -208,7 +202,7 @@ def test_tmux_missing_is_a_clear_error(standin: StandinNode, tmp_path: Path) -> 
     standin.create(CT_NO_TMUX)
     _run, r, _s = run_module(tmp_path, {"session_name": "x", "command": "true", "log_path": "/tmp/x.log"}, vmid=CT_NO_TMUX)
     assert r["status"] == "failed" and r["error"] == "tmux_missing", r
-    assert r["msg"] == (f"Cannot start session x in host {ct_hostname(standin, CT_NO_TMUX)}: tmux is not installed on this host: "
+    assert r["msg"] == (f"Cannot start session x in container {CT_NO_TMUX}: tmux is not installed there: "
                         "apply role trainops.pct_launch.tmux")
     assert ct_sh(standin, CT_NO_TMUX, "ls /tmp/x.log /run/trainops/x 2>&1 || true").count("No such file") == 2
     _run, r, _s = run_module(tmp_path, {"session_name": "x", "state": "stopped"}, vmid=CT_NO_TMUX)

@@ -13,27 +13,29 @@ from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CONFIG_BATCH_SCRIPT, config_batch_argv, list_argv
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_inventory import (
-    ListedContainer,
     NodeSpec,
-    PctConfig,
-    PctInventoryError,
     check_host_name_format,
     connection_vars,
     container_vars,
-    first_addresses,
     host_name,
-    networks,
     node_command,
     node_group,
     parse_nodes,
+    sanitize_group,
+    status_group,
+)
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_output import (
+    ListedContainer,
+    PctConfig,
+    PctInventoryError,
+    first_addresses,
+    networks,
     parse_pct_config,
     parse_pct_list,
     parse_property_string,
     parse_tags,
-    sanitize_group,
     split_config_batch,
     static_address,
-    status_group,
 )
 
 ROW = "%-10s %-10s %-12s %-20s\n"  # pve-container's `pct list` format
