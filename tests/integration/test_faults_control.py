@@ -12,17 +12,22 @@ runs where one is expected (processes inside the container with the test's marke
   wait_for_log handler of playbooks/launch.yml waits for a job that proves itself late. The play
   fails naming the node; once sshd is back (``node.sh up`` again, containers untouched),
   playbooks/status.yml shows the job running with its log intact and a new launch changes nothing.
-* ``test_fault_controller_killed_in_launch_call`` / ``..._in_wait``: ansible-playbook (its whole
-  process group) gets SIGKILL while tmux_session's ``pct exec`` runs (the stand-in's per-call
-  delay, PVE_STANDIN_DELAY, widens the window) or while wait_for_log waits; the launch run again
-  converges with one job, the first log kept.
+* ``test_fault_controller_killed_in_launch_call`` / ``..._in_wait``: ansible-playbook and every
+  process it started get SIGKILL, except the connection's ``pct exec`` of a module and what runs
+  under it (on a real node those outlive the controller), while tmux_session's ``pct exec`` runs
+  (the stand-in's per-call delay, set by a ``pct_path`` wrapper, widens the window) or while a
+  chunk of wait_for_log runs; the ``pct exec`` left behind ends by itself (the wait's within its
+  chunk), nothing of the modules stays in the container, and the launch run again converges with
+  one job, the first log kept.
 * ``test_fault_two_launches_at_once``: two ansible-playbook launches of one session started
   together: one job, one run says started, the other already running.
 * ``test_fault_job_ignoring_term_stopped_by_playbook``: playbooks/stop.yml on a job that ignores
   SIGTERM kills it after job_stop_timeout; exit status 137, the log intact.
 
-The launches use playbooks/launch.yml, or a launch-only playbook (tmux_session, then wait_for_log
-as a handler, as launch.yml does) where preflight and prepare would only add time.
+The modules run on the container hosts (the ``trainops.pct_launch.pct`` connection, pipelined: one
+``pct exec VMID -- /bin/sh -c CMD`` per module task or wait chunk, CMD running /usr/bin/python3 with
+the module on stdin). The launches use playbooks/launch.yml, or a launch-only playbook (tmux_session,
+then wait_for_log as a handler, as launch.yml does) where preflight and prepare would only add time.
 VMIDs: 620 (local stand-in, tmux installed once), 630 (on pve-i, tmux installed once).
 """
 
@@ -33,6 +38,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -45,7 +51,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, StandinNode, require_standin
+from .conftest import REPO, STANDIN_PCT, StandinNode, require_standin
 from .nodes import NODE_SH, NODES_BASE, RemoteNode, RemoteNodes
 from .playbook_results import ansible_playbook, task_results
 
@@ -60,9 +66,11 @@ REPORT = "Report the job"
 HEADER = "### trainops.pct_launch: "
 JOB_PATH = "/workspace/fault_job.py"
 STEP = r"^step \d+ loss"
-# The tail of the argv of every pct call of the collection's modules (pct exec VMID -- /bin/sh -s), and of
-# the lxc-attach it becomes: what runs on the Proxmox node, which a dying controller does not take down.
-NODE_SIDE = " -- /bin/sh -s"
+PYTHON = "/usr/bin/python3"
+# A module's pct call as the connection makes it (plugin_utils/_pct_command.py: pct exec VMID -- /bin/sh -c CMD,
+# CMD Ansible's pipelined python3, the module on stdin), in the argv of pct, of the pct_path wrapper or of the
+# lxc-attach it becomes: what runs on the Proxmox node, which a dying controller does not take down.
+NODE_SIDE = re.compile(rf"(?:\bexec (\d+) |^lxc-attach .*-n (\d+) ).*-- /bin/sh -c .*{re.escape(PYTHON)}\b")
 # The job: "warming up", then after LATE seconds "step N loss X" every 0.3 s; with "ignore-term" it
 # answers SIGTERM with a line saying when (epoch seconds) and goes on.
 JOB_SCRIPT = """\
@@ -104,10 +112,9 @@ LAUNCH_ONLY = [{
     "tasks": [
         {"name": LAUNCH,
          "trainops.pct_launch.tmux_session": {
-             "vmid": "{{ pct_vmid }}", "session_name": "{{ job_session_name }}", "argv": "{{ job_argv }}",
+             "session_name": "{{ job_session_name }}", "argv": "{{ job_argv }}",
              "chdir": "{{ job_workdir | default(omit) }}", "log_path": "{{ job_log_path }}", "state": "started"},
-         "delegate_to": "{{ pct_node | default('localhost') }}", "register": "job_launch",
-         "notify": HANDLER},
+         "register": "job_launch", "notify": HANDLER},
         {"name": "Prove at once that the job started", "ansible.builtin.meta": "flush_handlers"},
         {"name": REPORT,
          "ansible.builtin.debug": {
@@ -116,9 +123,9 @@ LAUNCH_ONLY = [{
     "handlers": [
         {"name": HANDLER,
          "trainops.pct_launch.wait_for_log": {
-             "vmid": "{{ pct_vmid }}", "session_name": "{{ job_session_name }}", "log_path": "{{ job_log_path }}",
+             "session_name": "{{ job_session_name }}", "log_path": "{{ job_log_path }}",
              "pattern": "{{ job_wait_pattern }}", "timeout": "{{ job_wait_timeout }}"},
-         "delegate_to": "{{ pct_node | default('localhost') }}", "register": "job_wait"},
+         "register": "job_wait"},
     ],
 }]
 
@@ -183,12 +190,12 @@ class Launched:
                 raise AssertionError(f"no {what} after {timeout} s:\n{self.printed()}")
             time.sleep(0.1)
 
-    def kill(self, spare: str | None = None) -> list[str]:
+    def kill(self, spare: re.Pattern[str] | None = None) -> list[str]:
         """SIGKILL to ansible-playbook and every process it started, as when the controller dies; returns what was killed.
 
         Ansible's workers run in sessions of their own, so killing the process group is not enough. The
-        processes whose argv holds ``spare`` (the ``pct exec`` calls: they run on the Proxmox node, which a
-        dying controller does not take down) and their children are left alone.
+        processes whose argv matches ``spare`` (the modules' ``pct exec`` calls: they run on the Proxmox node,
+        which a dying controller does not take down) and their children are left alone.
         """
         frozen: dict[int, str] = {}
         while True:  # freeze the tree first: a frozen process forks no more, and no orphan escapes to init
@@ -223,22 +230,25 @@ class Playbooks:
     inventory: Path
     control_dir: Path
 
-    def start(self, playbook: Path, job: dict[str, t.Any], env: dict[str, str] | None = None) -> Launched:
-        """ansible-playbook PLAYBOOK -e JOB, in the background."""
+    def start(self, playbook: Path, job: dict[str, t.Any]) -> Launched:
+        """ansible-playbook PLAYBOOK -e JOB, in the background.
+
+        Stand-in knobs for its pct calls come from a ``pct_path`` wrapper (``knob_pct``): the connection runs pct
+        with a clean environment, never with ansible-playbook's.
+        """
         job_file = self.folder / f"job-{uuid.uuid4().hex[:8]}.json"
         job_file.write_text(json.dumps(job), encoding="utf-8")
         kept = ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH")
-        knobs = ("PVE_STANDIN_DELAY", "PVE_STANDIN_CALL_LOG", "PVE_STANDIN_PTY")  # only the run's own knobs apply
-        run_env = {key: value for key, value in os.environ.items() if (not key.startswith("ANSIBLE_") or key in kept) and key not in knobs}
+        run_env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_") or key in kept}
         run_env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="0", ANSIBLE_RETRY_FILES_ENABLED="0",
                        ANSIBLE_PIPELINING="1", ANSIBLE_CALLBACK_PLUGINS=str(CALLBACK_DIR), ANSIBLE_CALLBACKS_ENABLED="trainops_results",
-                       ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.control_dir), **(env or {}))
+                       ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.control_dir))
         argv = [ansible_playbook(), "-i", str(self.inventory), "-e", f"@{job_file}", str(playbook)]
         return Launched(argv, run_env, self.folder)
 
-    def run(self, playbook: Path, job: dict[str, t.Any], env: dict[str, str] | None = None) -> Run:
+    def run(self, playbook: Path, job: dict[str, t.Any]) -> Run:
         """ansible-playbook PLAYBOOK -e JOB, to its end."""
-        return self.start(playbook, job, env).finish()
+        return self.start(playbook, job).finish()
 
     def close(self) -> None:
         """Stop the ssh control masters Ansible left behind."""
@@ -364,39 +374,47 @@ def _command_line(pid: int) -> str:
         return ""
 
 
-def process_tree(root: int, spare: str | None = None) -> list[int]:
+def process_tree(root: int, spare: re.Pattern[str] | None = None) -> list[int]:
     """``root`` (while it lives) and its descendants, in that order; with ``spare``, without the processes whose argv
-    holds it and their descendants."""
+    matches it and their descendants."""
     parents = _parents()
     tree, frontier = ([root] if root in parents else []), [root]
     while frontier:
         children = [pid for pid, parent in parents.items() if parent in frontier]
         if spare is not None:
-            children = [pid for pid in children if spare not in _command_line(pid)]
+            children = [pid for pid in children if not spare.search(_command_line(pid))]
         tree += children
         frontier = children
     return tree
 
 
 def node_side_calls(vmid: int) -> list[str]:
-    """``PID ARGS`` of the processes of this machine that run a module's program in container ``vmid``
-    (``pct exec VMID -- /bin/sh -s``, which becomes ``lxc-attach ... -n VMID ... -- /bin/sh -s``)."""
-    pattern = re.compile(rf"(?:\bexec {vmid} |-n {vmid} ).*{re.escape(NODE_SIDE)}$")
+    """``PID ARGS`` of the processes of this machine that run a module in container ``vmid``: the connection's
+    ``pct exec VMID -- /bin/sh -c CMD`` (CMD runs /usr/bin/python3), which becomes ``lxc-attach ... -n VMID ... -- /bin/sh -c CMD``."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             args = _command_line(int(entry.name))
-            if pattern.search(args):
+            match = NODE_SIDE.search(args)
+            if match and str(vmid) in match.groups():
                 found.append(f"{entry.name} {args}")
     return found
 
 
-def wait_gone(vmid: int, timeout: float = 60) -> None:
-    """Wait until no module's program runs in container ``vmid`` any more (a killed run's calls end by themselves)."""
+def modules_in_container(node: StandinNode, vmid: int) -> list[str]:
+    """``PID ARGS`` of the module programs running inside the container: a pipelined python3 reads its program from stdin,
+    so its argv is the interpreter alone."""
+    out = node.sh(vmid, f"pgrep -a -x -f {PYTHON} || true")
+    return out.stdout.decode("utf-8", "replace").splitlines()
+
+
+def wait_gone(node: StandinNode, vmid: int, timeout: float = 60) -> None:
+    """Wait until no module runs in container ``vmid`` any more, on the node or inside (a killed run's calls end by themselves)."""
     deadline = time.monotonic() + timeout
-    while node_side_calls(vmid) and time.monotonic() < deadline:
+    while (node_side_calls(vmid) or modules_in_container(node, vmid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not node_side_calls(vmid), node_side_calls(vmid)
+    assert not modules_in_container(node, vmid), modules_in_container(node, vmid)
 
 
 @pytest.fixture(scope="module")
@@ -526,12 +544,24 @@ def test_fault_node_unreachable_mid_wait(node_i: RemoteNode, tmp_path: Path) -> 
 # ---------------------------------------------------------------------------- 2. controller killed mid-launch
 
 
+def knob_pct(folder: Path, **knobs: str) -> str:
+    """A pct_path wrapper of this machine's pct with stand-in knobs (``delay``, ``call_log``) for the calls of one run.
+
+    The connection runs pct with a clean environment, so the knobs cannot come from ansible-playbook's.
+    """
+    wrapper = folder / f"pct-knobs-{uuid.uuid4().hex[:8]}"
+    exports = "".join(f"export PVE_STANDIN_{key.upper()}={shlex.quote(value)}\n" for key, value in knobs.items())
+    wrapper.write_text(f'#!/bin/sh\n{exports}exec {shlex.quote(str(STANDIN_PCT))} "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
 def module_calls(call_log: Path, vmid: int) -> int:
-    """How many ``pct exec VMID -- /bin/sh -s`` (calls of the collection's modules) the stand-in's call log holds."""
+    """How many module calls (the connection's ``pct exec VMID -- /bin/sh -c CMD``, CMD running python3) the stand-in's call log holds."""
     if not call_log.exists():
         return 0
     calls = [json.loads(line)["argv"][1:] for line in call_log.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return sum(1 for argv in calls if argv == ["exec", str(vmid), "--", "/bin/sh", "-s"])
+    return sum(1 for argv in calls if argv[:5] == ["exec", str(vmid), "--", "/bin/sh", "-c"] and len(argv) == 6 and PYTHON in argv[5])
 
 
 def check_rerun(job: Job, rerun: Run, host: str, first_log: str) -> str:
@@ -556,13 +586,16 @@ def test_fault_controller_killed_in_launch_call(local: Playbooks, local_ct: int,
     """SIGKILL to ansible-playbook while tmux_session's pct exec runs (held 4 s by the stand-in's delay)."""
     job, host = Job(standin, local_ct, "ctlkill-a", late=1), f"ct{local_ct}"
     calls = local.folder / "calls-a.jsonl"
-    launched = local.start(local.folder / "launch_only.yml", job.vars(),
-                           env={"PVE_STANDIN_DELAY": "4", "PVE_STANDIN_CALL_LOG": str(calls)})
+    pct = knob_pct(local.folder, delay="4", call_log=str(calls))
+    launched = local.start(local.folder / "launch_only.yml", job.vars(pct_path=pct))
     launched.wait_until("tmux_session's pct exec", lambda: module_calls(calls, local_ct) >= 1)
     time.sleep(1)
     killed = launched.kill(spare=NODE_SIDE)
-    print(f"\nkilled: {killed}")
-    wait_gone(local_ct)  # the killed run's pct call has ended too
+    left = node_side_calls(local_ct)
+    print(f"\nkilled: {killed}\nleft running on the node: {left}")
+    assert left, "tmux_session's pct exec had ended before the kill"
+    assert module_calls(calls, local_ct) == 1, "the killed run made another module call"
+    wait_gone(standin, local_ct)  # the killed run's pct call has ended too, its module with it
     first_log = job.read(job.log_path)
     assert len(job.processes()) <= 1, job.processes()
     print(f"\nkilled in tmux_session's pct call: job {'started' if first_log else 'not started'} by the killed run")
@@ -577,16 +610,22 @@ def test_fault_controller_killed_in_wait(local: Playbooks, local_ct: int, standi
     launched = local.start(local.folder / "launch_only.yml", job.vars())
     launched.wait_until("the wait for the log", lambda: f"RUNNING HANDLER [{HANDLER}]" in launched.printed())
     wait_in_container(standin, local_ct, 'grep -q "^warming up" "$1"', job.log_path)
+    launched.wait_until("a chunk of the wait in the container", lambda: bool(node_side_calls(local_ct)))
     time.sleep(1)
     killed = launched.kill(spare=NODE_SIDE)
-    print(f"\nkilled: {killed}")
+    killed_at = time.monotonic()
+    left = node_side_calls(local_ct)
+    print(f"\nkilled: {killed}\nleft running on the node: {left}")
+    assert left and modules_in_container(standin, local_ct), "no chunk of the wait ran when the controller died"
     assert "ok: [" not in launched.printed().split(f"RUNNING HANDLER [{HANDLER}]")[-1], "the wait had ended before the kill"
     first_log = job.read(job.log_path)
     assert first_log.startswith(f"{HEADER}session={job.session} ") and job.alive(), first_log
-    rerun = local.run(REPO / "playbooks" / "launch.yml", job.vars())
+    rerun = local.run(REPO / "playbooks" / "launch.yml", job.vars())  # at once: the orphaned chunk may still poll
     assert check_rerun(job, rerun, host, first_log) == "already running"
     assert rerun.stats(host)["changed"] == 0, rerun.output
-    wait_gone(local_ct)  # the killed wait's pct call ends with its chunk
+    # The orphaned chunk ends by itself, on the node and in the container, within its chunk (10 s) and a margin.
+    wait_gone(standin, local_ct, timeout=max(1.0, killed_at + 40 - time.monotonic()))
+    print(f"orphaned chunk gone {time.monotonic() - killed_at:.1f} s after the kill; rerun: {rerun.result(REPORT, host)['msg']}")
 
 
 # ---------------------------------------------------------------------------- 3. two launches at once

@@ -5,14 +5,17 @@
 Nodes pve-a (127.0.0.11) and pve-b (127.0.0.12) come from the ``remote_nodes`` fixture
 (tests/integration/nodes.py, tools/pve_standin/node.sh); containers 320 (on pve-a) and 321 (on pve-b)
 get tmux with apt. Containers are inventory hosts with ``pct_vmid`` and ``pct_node`` reached with the
-trainops.pct_launch.pct connection (OpenSSH client, ``pct_ssh_args: -F <ssh_config>``); the nodes are
-inventory hosts reached with Ansible's ssh connection, and the collection's modules are delegated to them.
+trainops.pct_launch.pct connection (OpenSSH client, ``pct_ssh_args: -F <ssh_config>``), and the collection's
+modules run on them: each module task (each chunk of wait_for_log) is one ``ssh ... NODE -- 'env -i ...
+pct exec VMID -- /bin/sh -c CMD'`` with the module on stdin (pipelining). The nodes are inventory hosts
+reached with Ansible's ssh connection, for the tasks of the playbooks that run on the node (``pct status``).
 
 Covered: ping, copy and fetch through the connection; ``pct_node_address`` and ProxyJump; a launch with
 playbooks/launch.yml on two containers on two nodes, then status.yml and stop.yml, with the pct calls
 counted in the nodes' call logs and ``ps`` sampled for the job's ``env`` value; tmux_session,
-wait_for_log and tmux_session_info delegated to the node; clear errors for an unreachable node, a wrong
-or missing key, a changed or unknown host key and a container asked of the wrong node; ControlPersist.
+wait_for_log and tmux_session_info on a container of a remote node; clear errors, from the connection and
+from the modules, for an unreachable node, a wrong or missing key, a changed or unknown host key and a
+container asked of the wrong node; ControlPersist.
 Measurements are printed (``pytest -s``); nothing is asserted about time.
 """
 
@@ -145,9 +148,9 @@ def output(proc: subprocess.CompletedProcess[str]) -> str:
     return proc.stdout[-6000:] + proc.stderr[-3000:]
 
 
-def delegated(module: str, args: dict[str, t.Any], name: str, **extra: t.Any) -> dict[str, t.Any]:
-    """A task of the collection's modules run on the container's node."""
-    return {"name": name, f"trainops.pct_launch.{module}": args, "delegate_to": "{{ pct_node }}", "register": "r", **extra}
+def module_task(module: str, args: dict[str, t.Any], name: str, **extra: t.Any) -> dict[str, t.Any]:
+    """A task of the collection's modules, run on the container host (through its node)."""
+    return {"name": name, f"trainops.pct_launch.{module}": args, "register": "r", **extra}
 
 
 # ---------------------------------------------------------------------------- connection
@@ -230,7 +233,7 @@ def test_example_inventory(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -
     proc, results = runner.play(inventory, [
         {"name": "Ping", "ansible.builtin.ping": {}},
         {"name": "Where", "ansible.builtin.command": "cat /var/lib/pve-standin/node", "delegate_to": "{{ pct_node }}", "changed_when": False},
-        delegated("tmux_session_info", {"vmid": "{{ pct_vmid }}"}, "Info"),
+        module_task("tmux_session_info", {}, "Info"),
     ], "training", "-vvv")
     assert proc.returncode == 0, output(proc)
     for host, node in (("ct320", "pve-a"), ("ct321", "pve-b")):
@@ -238,6 +241,7 @@ def test_example_inventory(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -
         assert task_result(results, "Where", host)["stdout"] == node
         assert task_result(results, "Info", host)["tmux"] in ("running", "no_server")
         assert re.search(rf"<{host}> EXEC ssh -T .*-o HostName={re.escape(real[node].address)} -l root .* {node} -- ", proc.stdout)
+        assert exec_calls(proc.stdout, host).get("Info") == 1, exec_calls(proc.stdout, host)  # the module ran in the container
 
 
 # ---------------------------------------------------------------------------- launch on two nodes
@@ -259,7 +263,7 @@ class PsSampler(threading.Thread):
             listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=False).stdout
             self.samples += 1
             self.hits += [line for line in listing.splitlines() if self.needle in line]
-            self.seen.update(line for line in listing.splitlines() if re.search(r"exec 32[01] -- /bin/sh -[sc]|lxc-attach .* -- /bin/sh -[sc]", line))
+            self.seen.update(line for line in listing.splitlines() if re.search(r"exec 32[01] -- /bin/sh -c|lxc-attach .* -- /bin/sh -c", line))
             self.halt.wait(0.05)
 
     def stop(self) -> None:
@@ -276,9 +280,9 @@ def read_calls(path: Path) -> list[list[str]]:
 
 
 def call_kind(argv: list[str]) -> str:
-    """A pct call by what made it: the collection's modules, the connection plugin, or a plain pct verb."""
-    if argv[:1] == ["exec"] and argv[-2:] == ["/bin/sh", "-s"]:
-        return "module (pct exec -- /bin/sh -s)"
+    """A pct call by what made it: a module (pipelined python3 through the connection), another command of the connection, or a plain pct verb."""
+    if argv[:1] == ["exec"] and argv[2:5] == ["--", "/bin/sh", "-c"] and len(argv) == 6 and PYTHON in argv[5]:
+        return "module (pct exec -- /bin/sh -c python3)"
     if argv[:1] == ["exec"]:
         return "connection (pct exec -- /bin/sh -c / cat)"
     return f"pct {argv[0] if argv else '?'}"
@@ -375,31 +379,30 @@ def test_launch_refuses_container_on_wrong_node(fleet: RemoteNodes, runner: Runn
     assert b"rn-wrong" not in fleet["pve-a"].sh(CT_A, "tmux ls 2>&1 || true").stdout
 
 
-# ---------------------------------------------------------------------------- modules delegated to the node
+# ---------------------------------------------------------------------------- modules on a container of a remote node
 
 
-def test_modules_delegated_to_node(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> None:
-    inventory = write_inventory(tmp_path / "inventory.yml", fleet.ssh_config, {"ct321": {"pct_vmid": CT_B, "pct_node": "pve-b"}})
-    vmid = "{{ pct_vmid }}"
+def test_modules_on_a_container_of_a_remote_node(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> None:
+    """tmux_session, wait_for_log and tmux_session_info on ct321 (pct_node pve-b): each task one pct exec through ssh to pve-b."""
+    inventory = write_inventory(tmp_path / "inventory.yml", fleet.ssh_config, {"ct321": {"pct_vmid": CT_B, "pct_node": "pve-b"}}, nodes=())
     ok_job = 'i=0; while :; do i=$((i + 1)); echo "step $i loss 0.5"; sleep 0.2; done'
     proc, results = runner.play(inventory, [
-        {"name": "Where", "ansible.builtin.command": "cat /var/lib/pve-standin/node", "delegate_to": "{{ pct_node }}", "changed_when": False},
-        delegated("tmux_session", {"vmid": vmid, "session_name": "rn-ok", "command": ok_job, "log_path": "/tmp/rn-ok.log"}, "Start"),
-        delegated("wait_for_log", {"vmid": vmid, "session_name": "rn-ok", "pattern": STEP, "timeout": 60}, "Wait"),
-        delegated("tmux_session_info", {"vmid": vmid, "session_name": "rn-ok"}, "Info"),
-        delegated("tmux_session", {"vmid": vmid, "session_name": "rn-ok", "state": "stopped", "stop_timeout": 10}, "Stop"),
-        delegated("tmux_session_info", {"vmid": vmid, "session_name": "rn-ok"}, "Info after stop"),
-        delegated("tmux_session", {"vmid": vmid, "session_name": "rn-die", "command": "echo starting; sleep 1; exit 3",
-                                   "log_path": "/tmp/rn-die.log"}, "Start dying"),
-        delegated("wait_for_log", {"vmid": vmid, "session_name": "rn-die", "pattern": "^never", "timeout": 60}, "Wait dying",
-                  ignore_errors=True),
-        delegated("tmux_session_info", {"vmid": vmid, "session_name": "rn-die"}, "Info dying"),
-    ], "training")
+        module_task("tmux_session", {"session_name": "rn-ok", "command": ok_job, "log_path": "/tmp/rn-ok.log"}, "Start"),
+        module_task("wait_for_log", {"session_name": "rn-ok", "pattern": STEP, "timeout": 60}, "Wait"),
+        module_task("tmux_session_info", {"session_name": "rn-ok"}, "Info"),
+        module_task("tmux_session", {"session_name": "rn-ok", "state": "stopped", "stop_timeout": 10}, "Stop"),
+        module_task("tmux_session_info", {"session_name": "rn-ok"}, "Info after stop"),
+        module_task("tmux_session", {"session_name": "rn-die", "command": "echo starting; sleep 1; exit 3",
+                                     "log_path": "/tmp/rn-die.log"}, "Start dying"),
+        module_task("wait_for_log", {"session_name": "rn-die", "pattern": "^never", "timeout": 60}, "Wait dying", ignore_errors=True),
+        module_task("tmux_session_info", {"session_name": "rn-die"}, "Info dying"),
+    ], "training", "-vvv")
     assert proc.returncode == 0, output(proc)
-    assert task_result(results, "Where", "ct321")["stdout"] == "pve-b"
-    assert task_result(results, "Start", "ct321")["status"] == "changed"
+    started = task_result(results, "Start", "ct321")
+    assert started["status"] == "changed" and started["state"] == "running", started
     wait = task_result(results, "Wait", "ct321")
     assert wait["verdict"] == "started" and wait["pct_calls"] == 1, wait
+    assert wait["msg"].startswith("Job started in session rn-ok in container 321: "), wait["msg"]
     assert task_result(results, "Info", "ct321")["session"]["state"] == "running"
     assert task_result(results, "Stop", "ct321")["status"] == "changed"
     stopped = task_result(results, "Info after stop", "ct321")["session"]
@@ -409,7 +412,16 @@ def test_modules_delegated_to_node(fleet: RemoteNodes, runner: Runner, tmp_path:
     assert "container 321" in dying["msg"], dying["msg"]
     info = task_result(results, "Info dying", "ct321")["session"]
     assert (info["state"], info["exit_status"]) == ("finished", 3), info
-    assert "[ct321 -> pve-b]" in proc.stdout
+    # Every module task is one pct exec on pve-b, through ssh, and nothing is delegated.
+    per_task = exec_calls(proc.stdout, "ct321")
+    tasks = ["Start", "Wait", "Info", "Stop", "Info after stop", "Start dying", "Wait dying", "Info dying"]
+    assert {name: per_task.get(name) for name in tasks} == dict.fromkeys(tasks, 1), per_task
+    exec_lines = [line for line in proc.stdout.splitlines() if line.startswith("<ct321> EXEC ")]
+    assert all(line.startswith("<ct321> EXEC ssh -T -o BatchMode=yes ") and " pve-b -- " in line and " exec 321 -- /bin/sh -c " in line
+               for line in exec_lines), exec_lines
+    assert "[ct321 -> " not in proc.stdout, "a task was delegated"
+    log = fleet["pve-b"].sh(CT_B, "cat /tmp/rn-ok.log").stdout.decode()
+    assert log.startswith("### trainops.pct_launch: session=rn-ok ") and "\nstep 1 loss 0.5\n" in log, log[:300]
 
 
 # ---------------------------------------------------------------------------- errors
@@ -448,37 +460,40 @@ def error_case(case: str, fleet: RemoteNodes, tmp_path: Path) -> tuple[Path, dic
     return config, {"pct_vmid": CT_A, "pct_node": node}, node
 
 
-# case: (cause in the pct connection's message, text in Ansible's message for the task delegated to the node)
+# case: the cause in the pct connection's message
 ERRORS = {
-    "unreachable": ("node pve-z cannot be reached: ssh: connect to host 127.0.0.19 port 22: Connection refused", "Connection refused"),
-    "wrong-key": ("ssh could not log in to node pve-a: root@127.0.0.11: Permission denied (publickey)", "Permission denied (publickey)"),
-    "no-key": ("ssh could not log in to node pve-a: ", "Permission denied (publickey)"),
-    "host-key-changed": ("the host key of node pve-a does not match known_hosts, so ssh refused it (host key checking is on): ",
-                         "Host key verification failed"),
-    "host-key-unknown": ("the host key of node pve-a is not known, so ssh refused it (host key checking is on): ", "Host key verification failed"),
-    "wrong-node": ("the container does not exist on node pve-b (pct: Configuration file 'nodes/pve-b/lxc/320.conf' does not exist)",
-                   "container 320: no such container on this node, pve-b (Configuration file 'nodes/pve-b/lxc/320.conf' does not exist)"),
+    "unreachable": "node pve-z cannot be reached: ssh: connect to host 127.0.0.19 port 22: Connection refused",
+    "wrong-key": "ssh could not log in to node pve-a: root@127.0.0.11: Permission denied (publickey)",
+    "no-key": "ssh could not log in to node pve-a: ",
+    "host-key-changed": "the host key of node pve-a does not match known_hosts, so ssh refused it (host key checking is on): ",
+    "host-key-unknown": "the host key of node pve-a is not known, so ssh refused it (host key checking is on): ",
+    "wrong-node": "the container does not exist on node pve-b (pct: Configuration file 'nodes/pve-b/lxc/320.conf' does not exist)",
 }
 
 
 @pytest.mark.parametrize("case", list(ERRORS))
 def test_errors_name_node_and_container(fleet: RemoteNodes, runner: Runner, tmp_path: Path, case: str) -> None:
+    """The connection's error, for a ping and for the collection's modules on the container (wait_for_log's in its own words)."""
     config, host_vars, node = error_case(case, fleet, tmp_path)
-    inventory = write_inventory(tmp_path / "inventory.yml", config, {"ct": host_vars}, nodes=(node,))
+    inventory = write_inventory(tmp_path / "inventory.yml", config, {"ct": host_vars}, nodes=())
+    go_on = {"ignore_unreachable": True, "ignore_errors": True}
     proc, results = runner.play(inventory, [
-        {"name": "Ping", "ansible.builtin.ping": {}, "ignore_unreachable": True, "ignore_errors": True},
-        delegated("tmux_session_info", {"vmid": CT_A}, "Info", ignore_unreachable=True, ignore_errors=True),
+        {"name": "Ping", "ansible.builtin.ping": {}, **go_on},
+        module_task("tmux_session_info", {}, "Info", **go_on),
+        module_task("wait_for_log", {"log_path": "/tmp/rn-errors.log", "timeout": 30}, "Wait", **go_on),
     ])
-    connection_cause, delegated_text = ERRORS[case]
-    ping = task_result(results, "Ping", "ct")
-    assert ping["status"] == "unreachable", (ping, output(proc))
-    assert message(ping).startswith(f"Cannot run a command in container 320 on node {node}: "), ping["msg"]
-    assert connection_cause in message(ping), message(ping)
-    info = task_result(results, "Info", "ct")
-    assert info["status"] == ("failed" if case == "wrong-node" else "unreachable"), info
-    assert delegated_text in info["msg"], info["msg"]
-    assert f"[ct -> {node}]" in proc.stdout
-    print(f"\n{case}: pct connection: {message(ping)}\n{case}: delegated module: {message(info)[-300:]}")
+    cause = ERRORS[case]
+    connection_message = f"Cannot run a command in container 320 on node {node}: "
+    for task in ("Ping", "Info"):
+        result = task_result(results, task, "ct")
+        assert result["status"] == "unreachable", (task, result, output(proc))
+        assert message(result).startswith(connection_message) and cause in message(result), (task, message(result))
+    wait = task_result(results, "Wait", "ct")
+    assert wait["status"] == "unreachable" and "verdict" not in wait, (wait, output(proc))
+    assert message(wait).startswith(f"Cannot wait for log /tmp/rn-errors.log in container 320: node {node} cannot be reached ("), message(wait)
+    assert f"): {connection_message}" in message(wait) and cause in message(wait), message(wait)
+    assert "The job's start is not proven" in message(wait), message(wait)
+    print(f"\n{case}: pct connection: {message(task_result(results, 'Ping', 'ct'))}\n{case}: wait_for_log: {message(wait)}")
 
 
 # ---------------------------------------------------------------------------- ControlPersist
