@@ -36,6 +36,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
 )
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import fleet_id_error
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_wait import (
     NEVER,
     FleetMember,
@@ -47,9 +48,11 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_wait im
 display = Display()
 
 # Options the action plugin adds or reads for itself; the module never sees them.
-CONTROLLER_ONLY = ("fleet_id", "host", "pct_vmid")
+CONTROLLER_ONLY = ("fleet_id", "host", "pct_vmid", "pct_node")
 # Chunks shorter than this are not started; the deadline is as good as reached.
 MIN_CHUNK = 0.2
+# A chunk killed by a signal (its container stopping): how many times to ask the container, a second apart.
+STOP_PROBES = 3
 
 
 def progress_line(host: str, args: t.Mapping[str, t.Any], result: t.Mapping[str, t.Any], elapsed: float) -> str:
@@ -66,13 +69,26 @@ def progress_line(host: str, args: t.Mapping[str, t.Any], result: t.Mapping[str,
     return f"[{host}] wait_for_log {who}{where(args)}: {elapsed:.0f} s of {args['timeout']:g} s, {log}, {alive}"
 
 
-def unreachable_message(node: str, args: t.Mapping[str, t.Any], elapsed: float, cause: object) -> str:
-    """The message when the node cannot be reached for a chunk: the wait is over, the job's fate unknown."""
-    who = f"session {args['session_name']}" if args.get("session_name") else f"log {args['log_path']}"
-    detail = " ".join(str(cause).split()).rstrip(":").strip() or "no detail"
-    return (f"Cannot wait for {who}{where(args)}: node {node} cannot be reached "
-            f"({elapsed:.0f} s into the wait of {args['timeout']:g} s): {detail}. The job's start is not proven and the job may "
-            f"still run: once node {node} can be reached, check it (playbooks/status.yml) or launch again (a running job is left alone)")
+def _who(args: t.Mapping[str, t.Any]) -> str:
+    return f"session {args['session_name']}" if args.get("session_name") else f"log {args['log_path']}"
+
+
+def _detail(cause: object) -> str:
+    return " ".join(str(cause).split()).rstrip(":.").strip() or "no detail"
+
+
+def unreachable_message(reach: str, args: t.Mapping[str, t.Any], elapsed: float, cause: object) -> str:
+    """The message when the target cannot be reached for a chunk: the wait is over, the job's fate unknown."""
+    return (f"Cannot wait for {_who(args)}{where(args)}: the wait was cut off {elapsed:.0f} s into its {args['timeout']:g} s: "
+            f"{_detail(cause)}. The job's start is not proven and the job may still run: once {reach} can be reached, "
+            "check it (playbooks/status.yml) or launch again (a running job is left alone)")
+
+
+def stopped_message(args: t.Mapping[str, t.Any], cause: object) -> str:
+    """The message when the container stopped during the wait (pct says it is not running)."""
+    vmid = args.get("pct_vmid")
+    return (f"Cannot wait for {_who(args)}{where(args)}: the container is not running any more (it stopped during the wait, "
+            f"and the job with it); start it with 'pct start {vmid}' and launch the job again ({_detail(cause)})")
 
 
 class ActionModule(ActionBase):
@@ -94,7 +110,8 @@ class ActionModule(ActionBase):
             return result
         task_vars = task_vars or {}
         host = str(task_vars.get("inventory_hostname", "localhost"))
-        args = dict(args, host=host, pct_vmid=task_vars.get("pct_vmid"))  # for the messages: a container if it has pct_vmid
+        # for the messages: a container if the host has pct_vmid, on its node
+        args = dict(args, host=host, pct_vmid=task_vars.get("pct_vmid"), pct_node=task_vars.get("pct_node") if task_vars.get("pct_vmid") is not None else None)
         if args.get("fleet_id") is None:
             result.update(self._wait(args, task_vars, host, None))
             return result
@@ -115,6 +132,28 @@ class ActionModule(ActionBase):
         if task_vars.get("pct_vmid") is not None:
             return str(task_vars.get("pct_node") or "localhost")
         return host
+
+    def _reach(self, host: str, task_vars: t.Mapping[str, t.Any]) -> str:
+        """What must become reachable again: the container, or the node or host the chunks go to."""
+        if task_vars.get("pct_vmid") is not None and not self._task.delegate_to:
+            return f"container {task_vars['pct_vmid']} on node {task_vars.get('pct_node') or 'localhost'}"
+        return f"host {self._node(host, task_vars)}"
+
+    def _raise_if_stopped(self, args: dict[str, t.Any], res: dict[str, t.Any]) -> None:
+        """After a chunk that gave no answer on a container, ask it once more (up to 3 s when killed): stopped?"""
+        if args.get("pct_vmid") is None:
+            return
+        for attempt in range(STOP_PROBES if (res.get("rc") or 0) > 128 else 1):
+            if attempt:
+                time.sleep(1)
+            self._low_level_execute_command("true", sudoable=False)  # raises ContainerNotRunning when it stopped
+
+    def _stopped(self, args: dict[str, t.Any], member: FleetMember | None, cause: object, elapsed: float, calls: int) -> dict[str, t.Any]:
+        msg = stopped_message(args, cause)
+        result = {"failed": True, "msg": msg, "reason": msg, "elapsed": round(elapsed, 3), "pct_calls": calls}
+        if member is not None:
+            result["fleet_first"] = member.post(dict(result, verdict="container_stopped"))
+        return result
 
     def _one_chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int,
                    member: FleetMember | None) -> tuple[dict[str, t.Any] | None, dict[str, t.Any] | None, int]:
@@ -138,8 +177,12 @@ class ActionModule(ActionBase):
             remaining = deadline - time.monotonic()
             try:
                 res, peer, ran = self._one_chunk(args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, member)
+                if res is not None and not module_answered(res):  # killed with its container, or no Python there
+                    self._raise_if_stopped(args, res)
+            except ContainerNotRunning as exc:  # it stopped between two chunks, or during one
+                return self._stopped(args, member, exc, time.monotonic() - started, calls + 1)
             except AnsibleConnectionFailure as exc:  # the node went away: say which, and what it means for the job
-                msg = unreachable_message(self._node(host, task_vars), args, time.monotonic() - started, exc)
+                msg = unreachable_message(self._reach(host, task_vars), args, time.monotonic() - started, exc)
                 if member is not None:
                     member.post({"verdict": "unreachable", "msg": msg})
                 raise AnsibleConnectionFailure(msg) from None

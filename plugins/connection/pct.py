@@ -214,8 +214,8 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command i
 )
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import (
     command_failure_cause,
-    diagnose,
     failure_message,
+    not_run_error,
     pct_not_found_cause,
 )
 
@@ -313,10 +313,10 @@ class Connection(ConnectionBase):
         return proc.returncode, out or b"", err or b""
 
     def _raise_if_not_run(self, what: str, rc: int, stderr: bytes) -> None:
-        """Raise AnsibleConnectionFailure when pct/ssh (not the command) failed."""
-        cause = diagnose(self.target, rc, stderr)
-        if cause is not None:
-            raise AnsibleConnectionFailure(failure_message(what, self.target, cause))
+        """Raise AnsibleConnectionFailure (ContainerNotRunning for a stopped container) when pct/ssh, not the command, failed."""
+        error = not_run_error(what, self.target, rc, stderr)
+        if error is not None:
+            raise error
 
     def exec_command(self, cmd: str, in_data: bytes | None = None, sudoable: bool = True) -> tuple[int, bytes, bytes]:
         """Run ``cmd`` with /bin/sh in the container; ``in_data`` (pipelining) goes to stdin."""

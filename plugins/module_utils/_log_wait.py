@@ -114,10 +114,11 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
 
 
 def where(params: t.Mapping[str, t.Any]) -> str:
-    """`` in container VMID`` (the host's ``pct_vmid`` the action plugin adds), `` on HOST`` or nothing."""
+    """`` in container VMID`` (`` on node NODE`` for a remote one; the host's ``pct_vmid`` and ``pct_node`` the
+    action plugin adds), `` on HOST`` or nothing."""
     vmid = params.get("pct_vmid")
     if vmid is not None:
-        return f" in container {vmid}"
+        return f" in container {vmid}" + (f" on node {params['pct_node']}" if params.get("pct_node") else "")
     return f" on {params['host']}" if params.get("host") else ""
 
 

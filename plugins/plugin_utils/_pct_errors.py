@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from ansible.errors import AnsibleConnectionFailure
+
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
     CLEAN_PATH,
     PctTarget,
@@ -37,13 +39,17 @@ _SSH_CONNECT = re.compile(
 )
 
 
+class ContainerNotRunning(AnsibleConnectionFailure):
+    """pct or lxc-attach said the container is not running: it is stopped (or stopping), not unreachable."""
+
+
 def _detail(text: str) -> str:
     """The last non-empty stderr lines, shortened for a message."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     detail = " | ".join(lines[-3:])
     if len(detail) > _MAX_DETAIL:
         detail = "..." + detail[-_MAX_DETAIL:]
-    return detail
+    return detail.rstrip(".")  # messages go on after it with their own punctuation
 
 
 def _matches_vmid(pattern: re.Pattern[str], text: str, vmid: int) -> str | None:
@@ -54,14 +60,21 @@ def _matches_vmid(pattern: re.Pattern[str], text: str, vmid: int) -> str | None:
     return None
 
 
-def _pct_cause(target: PctTarget, rc: int, text: str) -> str | None:
-    """Causes reported by pct itself or by lxc-attach."""
-    if line := _matches_vmid(_NOT_EXIST, text, target.vmid):
-        return f"the container does not exist on {target.describe_node()} (pct: {line})"
+def _not_running_cause(target: PctTarget, rc: int, text: str) -> str | None:
+    """The cause when pct or lxc-attach says the container is not running."""
     if line := _matches_vmid(_NOT_RUNNING, text, target.vmid):
         return f"the container is not running; start it with 'pct start {target.vmid}' (pct: {line})"
     if rc == 1 and _NO_INIT_PID in text:
         return f"the container is not running; start it with 'pct start {target.vmid}' (lxc-attach: {_NO_INIT_PID})"
+    return None
+
+
+def _pct_cause(target: PctTarget, rc: int, text: str) -> str | None:
+    """Causes reported by pct itself or by lxc-attach."""
+    if line := _matches_vmid(_NOT_EXIST, text, target.vmid):
+        return f"the container does not exist on {target.describe_node()} (pct: {line})"
+    if cause := _not_running_cause(target, rc, text):
+        return cause
     if rc in (126, 127) and (match := _EXEC_FAILED.search(text)):
         program = match.group(1)
         verb = "is not executable" if rc == 126 else "was not found"
@@ -105,6 +118,15 @@ def diagnose(target: PctTarget, rc: int, stderr: bytes) -> str | None:
         return None
     text = stderr.decode("utf-8", "replace")
     return _pct_cause(target, rc, text) or _transport_cause(target, rc, text)
+
+
+def not_run_error(what: str, target: PctTarget, rc: int, stderr: bytes) -> AnsibleConnectionFailure | None:
+    """The connection failure for a command pct or ssh did not run (``ContainerNotRunning`` for a stopped container), or None."""
+    cause = diagnose(target, rc, stderr)
+    if cause is None:
+        return None
+    stopped = rc != 0 and _not_running_cause(target, rc, stderr.decode("utf-8", "replace")) is not None
+    return (ContainerNotRunning if stopped else AnsibleConnectionFailure)(failure_message(what, target, cause))
 
 
 def pct_not_found_cause(target: PctTarget, detail: str = "") -> str:

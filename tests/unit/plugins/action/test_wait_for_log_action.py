@@ -21,6 +21,7 @@ from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
 from ansible_collections.trainops.pct_launch.plugins.action import wait_for_log as action_mod
 from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule, progress_line
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _fleet_board as fleet_board
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning
 
 
 def chunk_result(verdict: str, offset: int = 0, **extra: t.Any) -> dict[str, t.Any]:
@@ -45,6 +46,10 @@ class FakeClock:
         """The fake monotonic clock."""
         return self.now
 
+    def sleep(self, seconds: float) -> None:
+        """Sleeping moves the fake clock."""
+        self.now += seconds
+
 
 class Script:
     """Stands in for ``_execute_module``: returns the scripted results, records the module args.
@@ -57,6 +62,16 @@ class Script:
         self.args: list[dict[str, t.Any]] = []
         self.names: list[str] = []
         self.clock: FakeClock | None = None
+        self.probes: list[str] = []
+        self.stopped = False  # whether the container answers a probe with "not running"
+
+    def probe(self, cmd: str, **_kwargs: t.Any) -> dict[str, t.Any]:
+        """Stands in for ``_low_level_execute_command``: the container answers, or pct says it is not running."""
+        self.probes.append(cmd)
+        if self.stopped:
+            raise ContainerNotRunning("Cannot run a command in container 250: the container is not running; start it with 'pct start 250' "
+                                      "(pct: container '250' not running!)")
+        return {"rc": 0, "stdout": "", "stderr": ""}
 
     def __call__(self, module_name: str | None = None, module_args: dict[str, t.Any] | None = None, task_vars: t.Any = None,
                  **_kwargs: t.Any) -> dict[str, t.Any]:
@@ -79,6 +94,7 @@ def make_action(args: dict[str, t.Any], script: Script) -> ActionModule:
     connection._shell.tmpdir = "/tmp/x"  # pylint: disable=protected-access
     action = ActionModule(task, connection, MagicMock(), loader=None, templar=None, shared_loader_obj=None)
     action._execute_module = script  # type: ignore[method-assign]  # pylint: disable=protected-access
+    action._low_level_execute_command = script.probe  # type: ignore[method-assign]  # pylint: disable=protected-access
     script.clock = action_mod.time  # the FakeClock installed by the clock fixture
     return action
 
@@ -229,25 +245,67 @@ class LostNode(Script):
         return super().__call__(module_name, module_args, task_vars)
 
 
-@pytest.mark.parametrize("delegate_to, host_vars, node, where", [
-    ("pve-i", {"pct_vmid": 630}, "pve-i", "in container 630"),
-    (None, {"pct_vmid": 630, "pct_node": "pve-j"}, "pve-j", "in container 630"),
-    (None, {"pct_vmid": 630}, "localhost", "in container 630"),
-    (None, {}, "ct630", "on ct630"),
+@pytest.mark.parametrize("delegate_to, host_vars, reach, where", [
+    ("pve-i", {"pct_vmid": 630}, "host pve-i", "in container 630"),
+    (None, {"pct_vmid": 630, "pct_node": "pve-j"}, "container 630 on node pve-j", "in container 630 on node pve-j"),
+    (None, {"pct_vmid": 630}, "container 630 on node localhost", "in container 630"),
+    (None, {}, "host ct630", "on ct630"),
 ])
-def test_node_lost_during_the_wait_names_it(shown: list[str], delegate_to: str | None, host_vars: dict[str, t.Any], node: str,
+def test_node_lost_during_the_wait_names_it(shown: list[str], delegate_to: str | None, host_vars: dict[str, t.Any], reach: str,
                                             where: str) -> None:
-    """The node cannot be reached for the second chunk: unreachable, naming the node, the session and what to do."""
+    """The target cannot be reached for the second chunk: unreachable, naming it, the session and what to do."""
     script = LostNode([chunk_result("timeout", 10)], good=1)
     action = make_action({"session_name": "train", "timeout": 120}, script)
     action._task.delegate_to = delegate_to  # pylint: disable=protected-access
     with pytest.raises(AnsibleConnectionFailure) as caught:
         action.run(task_vars={"inventory_hostname": "ct630", **host_vars})
     text = str(caught.value)
-    assert text.startswith(f"Cannot wait for session train {where}: node {node} cannot be reached (10 s into the wait of 120 s): "
+    assert text.startswith(f"Cannot wait for session train {where}: the wait was cut off 10 s into its 120 s: "
                            'Data could not be sent to remote host "pve-i". Make sure this host can be reached over ssh. '), text
-    assert f"once node {node} can be reached, check it (playbooks/status.yml)" in text and "not proven" in text
+    assert f"once {reach} can be reached, check it (playbooks/status.yml)" in text and "not proven" in text
     assert "started" not in text.split(":", maxsplit=1)[0] and caught.value.__cause__ is None and len(script.args) == 2
+    assert not isinstance(caught.value, ContainerNotRunning)
+
+
+class StoppedBetweenChunks(Script):
+    """The container stops after the first chunk: the connection says it is not running."""
+
+    def __call__(self, module_name: str | None = None, module_args: dict[str, t.Any] | None = None, task_vars: t.Any = None,
+                 **kwargs: t.Any) -> dict[str, t.Any]:
+        if self.args:
+            self.args.append(dict(module_args or {}))
+            raise ContainerNotRunning("Cannot run a command in container 250: the container is not running; start it with 'pct start 250' "
+                                      "(pct: container '250' not running!)")
+        return super().__call__(module_name, module_args, task_vars, **kwargs)
+
+
+def test_container_stopped_between_chunks_fails_saying_pct_start(shown: list[str]) -> None:
+    script = StoppedBetweenChunks([chunk_result("timeout", 10)])
+    result = make_action({"session_name": "train", "timeout": 120}, script).run(task_vars=dict(CT250))
+    assert result["failed"] and len(script.args) == 2 and result["pct_calls"] == 2, result
+    assert result["msg"].startswith("Cannot wait for session train in container 250: the container is not running any more "
+                                    "(it stopped during the wait, and the job with it); start it with 'pct start 250' and launch the job again"), result
+    assert "may still run" not in result["msg"] and result["reason"] == result["msg"]
+
+
+def test_container_stopped_during_a_chunk_is_asked_and_named(shown: list[str]) -> None:
+    """A chunk killed with its container (rc 137, no JSON): the action asks the container, which is stopped."""
+    script = Script([{"failed": True, "rc": 137, "msg": "Module result deserialization failed: No start of json char found"}])
+    script.stopped = True
+    result = make_action({"session_name": "train", "timeout": 120}, script).run(task_vars=dict(CT250))
+    assert result["failed"] and script.probes == ["true"] and "start it with 'pct start 250'" in result["msg"], result
+
+
+def test_a_killed_chunk_on_a_running_container_is_asked_three_times(shown: list[str]) -> None:
+    script = Script([{"failed": True, "rc": 137, "msg": "Module result deserialization failed: No start of json char found"}])
+    result = make_action({"session_name": "train", "timeout": 120}, script).run(task_vars=dict(CT250))
+    assert script.probes == ["true"] * 3 and "the module could not run there" in result["msg"] and "pct start" not in result["msg"], result
+
+
+def test_no_probe_for_a_host_that_is_no_container(shown: list[str]) -> None:
+    script = Script([{"failed": True, "rc": 137, "msg": "Module result deserialization failed"}])
+    result = make_action({"session_name": "train", "timeout": 120}, script).run(task_vars={"inventory_hostname": "gpu1"})
+    assert script.probes == [] and result["msg"].startswith("Cannot wait for session train on gpu1: the module could not run there"), result
 
 
 # The fleet-wide wait (option fleet_id): the board is real, files in the test's own temporary directory;

@@ -5,9 +5,12 @@
 from __future__ import annotations
 
 import pytest
+from ansible.errors import AnsibleConnectionFailure
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import PctTarget
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import (
+    ContainerNotRunning,
+    not_run_error,
     command_failure_cause,
     diagnose,
     failure_message,
@@ -71,7 +74,7 @@ def test_ssh_failure_only_for_remote_nodes() -> None:
 @pytest.mark.parametrize(
     "stderr, expected",
     [
-        (b"root@10.0.0.1: Permission denied (publickey).\r\n", "ssh could not log in to node pve1: root@10.0.0.1: Permission denied (publickey)."),
+        (b"root@10.0.0.1: Permission denied (publickey).\r\n", "ssh could not log in to node pve1: root@10.0.0.1: Permission denied (publickey); check pct_node_user"),
         (b"@@@\r\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\r\nOffending ED25519 key in /k:1\r\n"
          b"Host key for pve1 has changed and you have requested strict checking.\r\nHost key verification failed.\r\n",
          "the host key of node pve1 does not match known_hosts, so ssh refused it (host key checking is on): Offending ED25519 key in /k:1 | "
@@ -120,3 +123,22 @@ def test_command_failure_cause_keeps_last_lines_short() -> None:
     long = command_failure_cause("cat", 1, b"x" * 5000)
     assert len(long) < 500 and long.endswith("x")
     assert command_failure_cause("cat", 1, b"a\nb\nc\nd\n").endswith(": b | c | d")
+
+
+@pytest.mark.parametrize("target, rc, stderr, stopped", [
+    (LOCAL, 2, b"container '201' not running!\n", True),
+    (LOCAL, 1, b"lxc-attach: 201: attach.c: Failed to get init pid\n", True),
+    (REMOTE, 2, b"container '201' not running!\n", True),
+    (LOCAL, 2, b"Configuration file 'nodes/pve/lxc/201.conf' does not exist\n", False),
+    (REMOTE, 255, b"ssh: connect to host pve1 port 22: Connection refused\n", False),
+    (LOCAL, 2, b"container '202' not running!\n", None),  # another container's message: the command ran and failed
+    (LOCAL, 0, b"container '201' not running!\n", None),
+])
+def test_not_run_error_tells_a_stopped_container_apart(target: PctTarget, rc: int, stderr: bytes, stopped: bool | None) -> None:
+    error = not_run_error("Cannot run a command in", target, rc, stderr)
+    if stopped is None:
+        assert error is None
+        return
+    assert isinstance(error, AnsibleConnectionFailure) and isinstance(error, ContainerNotRunning) is stopped, error
+    assert str(error).startswith("Cannot run a command in container 201"), str(error)
+    assert ("start it with 'pct start 201'" in str(error)) is stopped, str(error)
