@@ -515,7 +515,8 @@ def test_fault_node_unreachable_mid_wait(node_i: RemoteNode, tmp_path: Path) -> 
         wait = run.result(HANDLER, host)
         assert wait["status"] == "unreachable" and "verdict" not in wait, wait
         text = wait["msg"].removeprefix("Task failed: ")
-        assert text.startswith(f"Cannot wait for session {job.session} in container {CT_REMOTE}: node {NODE} cannot be reached ("), text
+        assert text.startswith(f"Cannot wait for session {job.session} in container {CT_REMOTE} on node {NODE}: the wait was cut off "), text
+        assert f"node {NODE} cannot be reached" in text and f"once container {CT_REMOTE} on node {NODE} can be reached" in text, text
         assert "The job's start is not proven" in text and "playbooks/status.yml" in text, text
         assert f"fatal: [{host}]: UNREACHABLE!" in run.stdout and "Traceback" not in run.stdout + run.stderr, run.output
         assert not run.results_of(REPORT, host) and run.stats(host)["unreachable"] == 1, run.output

@@ -386,7 +386,7 @@ def test_a_rank_that_dies_after_its_own_proof_fails_the_fleet(remote_nodes: dict
     assert run.rc != 0 and ended - died < DEATH_TO_FAILED_PLAY_BOUND, run.output
     dead = run.result(HANDLER, dead_host)
     assert dead["verdict"] == "died" and dead["exit_status"] == 5 and dead["fleet_first"] is True, dead
-    assert dead["msg"].startswith(f"Job failed in session {session} in container {dead_vmid} after its start was proven"), dead
+    assert dead["msg"].startswith(f"Job failed in session {session} in container {dead_vmid} on node {dead_node} after its start was proven"), dead
     assert run.summary()[0] == f"{session}: 0 of 4 containers run, failed: {dead_host}", run.summary()
     for host, vmid, node in RANKS:
         if host != dead_host:

@@ -402,7 +402,7 @@ def test_modules_on_a_container_of_a_remote_node(fleet: RemoteNodes, runner: Run
     assert started["status"] == "changed" and started["state"] == "running", started
     wait = task_result(results, "Wait", "ct321")
     assert wait["verdict"] == "started" and wait["pct_calls"] == 1, wait
-    assert wait["msg"].startswith("Job started in session rn-ok in container 321: "), wait["msg"]
+    assert wait["msg"].startswith("Job started in session rn-ok in container 321 on node pve-b: "), wait["msg"]
     assert task_result(results, "Info", "ct321")["session"]["state"] == "running"
     assert task_result(results, "Stop", "ct321")["status"] == "changed"
     stopped = task_result(results, "Info after stop", "ct321")["session"]
@@ -490,8 +490,8 @@ def test_errors_name_node_and_container(fleet: RemoteNodes, runner: Runner, tmp_
         assert message(result).startswith(connection_message) and cause in message(result), (task, message(result))
     wait = task_result(results, "Wait", "ct")
     assert wait["status"] == "unreachable" and "verdict" not in wait, (wait, output(proc))
-    assert message(wait).startswith(f"Cannot wait for log /tmp/rn-errors.log in container 320: node {node} cannot be reached ("), message(wait)
-    assert f"): {connection_message}" in message(wait) and cause in message(wait), message(wait)
+    assert message(wait).startswith(f"Cannot wait for log /tmp/rn-errors.log in container 320 on node {node}: the wait was cut off "), message(wait)
+    assert f" s: {connection_message}" in message(wait) and cause in message(wait), message(wait)
     assert "The job's start is not proven" in message(wait), message(wait)
     print(f"\n{case}: pct connection: {message(task_result(results, 'Ping', 'ct'))}\n{case}: wait_for_log: {message(wait)}")
 
