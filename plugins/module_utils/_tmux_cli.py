@@ -45,6 +45,19 @@ def read_text(path: str) -> str | None:
         return None
 
 
+def reportable(value: t.Any) -> t.Any:
+    """``value`` for a module result: text read with surrogateescape (bytes that are not UTF-8, in a path
+    or a log line) becomes valid UTF-8 with U+FFFD in their place, in dicts and lists too; Ansible refuses
+    results that are not UTF-8."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {reportable(key): reportable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [reportable(item) for item in value]
+    return value
+
+
 class Tmux:
     """The tmux program of the target, run with a clean environment.
 

@@ -256,7 +256,7 @@ import dataclasses
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable, run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, spec_from_params
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result, where
@@ -297,11 +297,11 @@ def main() -> None:
     except JobError as exc:
         error = failure(spec, exc.code, dict(exc.facts, error=exc.code), str(exc))
         # target: the words naming this host in msg, which the action plugin replaces with the container's VMID
-        module.fail_json(msg=str(error), error=error.code, session_name=spec.session_name, target=where())
+        module.fail_json(msg=reportable(str(error)), error=error.code, session_name=spec.session_name, target=reportable(where()))
     outcome = result(spec, facts, module.check_mode)
     if not module._diff:
         outcome.pop("diff")
-    module.exit_json(**outcome)
+    module.exit_json(**reportable(outcome))
 
 
 if __name__ == "__main__":

@@ -149,6 +149,7 @@ session:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import check_info_options, report, session_entry
 
 ARGUMENT_SPEC = dict(
@@ -170,7 +171,7 @@ def main() -> None:
     result = {"changed": False, "tmux": tmux, "sessions": sessions}
     if params["session_name"]:
         result["session"] = sessions[0] if sessions else None
-    module.exit_json(**result)
+    module.exit_json(**reportable(result))
 
 
 if __name__ == "__main__":

@@ -279,6 +279,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import poll
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import (
     ARGUMENT_SPEC,
     REQUIRED_ONE_OF,
@@ -298,7 +299,7 @@ def main() -> None:
         module.fail_json(msg="; ".join(errors))
     started = time.monotonic()
     facts = poll(poll_parameters(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"]))
-    result = result_from_facts(facts, time.monotonic() - started)
+    result = reportable(result_from_facts(facts, time.monotonic() - started))
     if result["verdict"] == "started":
         module.exit_json(changed=False, msg=message(result, params), **result)
     module.fail_json(msg=message(result, params), **result)
