@@ -2,45 +2,69 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """Hostile input through the whole launch path, property-based, on a real container (CT 500).
 
-Each example runs the modules' ``main()`` in this process (``patch_module_args``, about 0.1 s a call
-instead of 2 s through ansible-playbook) with the real stand-in ``pct``: tmux_session -> one
-``pct exec`` -> the sh program -> tmux -> the wrapper -> the job. The job reports what it received
-(argv, environment, working directory) as hex into a file, read back with ``pct exec``: it must be
-byte-exact. Values carry quotes, spaces, newlines, ``$()``, backticks, globs, leading dashes,
-backslashes, ``%``, tmux's ``#()`` and ``#{}``, non-ASCII and non-UTF-8 bytes (surrogate-escaped
-text, as Ansible hands such bytes to a module) and injections that would ``touch /tmp/pwned-h500-*``:
-no such file may appear, in the container or on the node.
+Every example runs the modules where they run now: on the container, an inventory host reached with
+the collection's ``trainops.pct_launch.pct`` connection (one ``pct exec`` per task, the module and
+its arguments on its standard input). The steps of an example are the tasks of one ``ansible-playbook``
+run; the hostile values travel as extra variables, ``!unsafe`` where they could be templates, and
+reach tmux_session -> the launch code -> tmux -> the job's parent -> the job. The job reports what
+it received (argv, environment, working directory) as hex into a file, read back with ``pct exec``:
+it must be byte-exact. Values carry quotes, spaces, newlines, ``$()``, backticks, globs, leading
+dashes, backslashes, ``%``, tmux's ``#()`` and ``#{}``, non-ASCII characters, control characters and
+injections that would ``touch /tmp/pwned-h500-*``: no such file may appear, in the container or on
+the node.
 
-Each property prints how many examples it tried (``pytest -s`` or ``-rP`` shows it).
+Non-UTF-8 bytes (surrogate-escaped text, as Ansible's module code hands such bytes on) cannot travel
+as module arguments: Ansible's variables and module arguments are UTF-8 text. An example with such a
+value in an option launches through tests/integration/files/module_utils_driver.py instead, run in
+the container by its python3 next to a copy of the collection's ``plugins/module_utils``: what
+tmux_session's main() runs after AnsibleModule (spec_from_params, launch, result), the real
+container-side code, with the parameters as ASCII JSON on standard input. The example's later steps
+(tmux_session_info, wait_for_log and the stop by session name, whose arguments are text) still run
+through ``ansible-playbook``, with ``ANSIBLE_MODULE_STRICT_UTF8_RESPONSE=false``: their results hold
+the session's non-UTF-8 log path, which ansible-core 2.19 refuses by default
+(``test_non_utf8_log_path_is_reported_with_default_settings``, an expected failure, shows it).
+
+Each property prints how many examples it tried and how many went through the driver (``pytest -s``
+or ``-rP`` shows it).
 """
 
 from __future__ import annotations
 
 import glob
+import io
 import json
 import os
 import re
 import shlex
+import subprocess
+import tarfile
 import typing as t
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import detail, run_in_container
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import build_program, display_command, parse_output, spec_from_params
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result
-from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session, tmux_session_info, wait_for_log
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import display_command, spec_from_params
+from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session
 
-from ..module_main import run_main as invoke
-from .conftest import StandinNode
+from .conftest import REPO, StandinNode
+from .playbook_results import PlayRun, container_host, run_tasks
 
 pytestmark = pytest.mark.integration
 
 CT = 500
+HOST = f"ct{CT}"
 CANARY = "/tmp/pwned-h500"
 BASE = "/h"
+DRIVER = Path(__file__).resolve().parent / "files" / "module_utils_driver.py"
+# In the container: the driver, and plugins/module_utils as ansible_collections.trainops.pct_launch.plugins.module_utils.
+DRIVER_DIR = "/opt/trainops-test-driver"
+PACKAGE = "ansible_collections/trainops/pct_launch/plugins/module_utils"
+# ansible-core's setting for results holding non-UTF-8 bytes (surrogate escapes); true by default, and then it refuses them.
+LAX_UTF8 = {"ANSIBLE_MODULE_STRICT_UTF8_RESPONSE": "false"}
 SETTINGS = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "30")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                     phases=[Phase.explicit, Phase.reuse, Phase.generate] + ([] if os.environ.get("HOSTILE_NO_SHRINK") else [Phase.shrink]))
@@ -115,6 +139,7 @@ print(json.dumps(report))
 """
 
 COUNTS: dict[str, int] = {}
+DRIVEN: dict[str, int] = {}
 
 
 def count(name: str) -> int:
@@ -124,8 +149,12 @@ def count(name: str) -> int:
 
 
 def report_count(name: str) -> None:
-    """Print the number of examples a property tried."""
-    print(f"\nhostile-input property {name}: {COUNTS.get(name, 0)} examples")
+    """Print the number of examples a property tried, and how many launched through the driver (non-UTF-8 bytes)."""
+    total, driven = COUNTS.get(name, 0), DRIVEN.get(name, 0)
+    print(f"\nhostile-input property {name}: {total} examples, {total - driven} launched with ansible-playbook, "
+          f"{driven} with non-UTF-8 bytes through the driver")
+    if total >= 20:  # both ways of launching were exercised (each has a fair share of the examples)
+        assert 0 < driven < total, (name, total, driven)
 
 
 def raw(text: str) -> bytes:
@@ -134,43 +163,86 @@ def raw(text: str) -> bytes:
 
 
 def as_text(value: str) -> str:
-    """What a module reports for a value: JSON text, so non-UTF-8 bytes become U+FFFD."""
+    """A value as text, non-UTF-8 bytes as U+FFFD: how a report may show it (a text value stays as it is)."""
     return raw(value).decode("utf-8", "replace")
 
 
 def has_undecodable(value: t.Any) -> bool:
-    """Whether a text value stands for bytes that are not UTF-8."""
+    """Whether a text value holds surrogate-escaped bytes (which Ansible's UTF-8 variables and arguments cannot carry)."""
     return isinstance(value, str) and raw(value) != value.encode("utf-8", "replace")
 
 
-def launch(args: dict[str, t.Any]) -> dict[str, t.Any]:
-    """tmux_session with these options, in this process.
+def yaml_text(value: str) -> str:
+    """A YAML double-quoted scalar that Ansible loads as this very text, every character but printable ASCII escaped.
 
-    AnsibleModule itself cannot take non-UTF-8 bytes in a str option (its invocation log encodes the
-    value with strict UTF-8 and raises), so those launches run what main() runs after AnsibleModule:
-    spec_from_params, build_program, run_in_container with the real pct, parse_output, result.
+    Text that could hold a template (a ``{``) is tagged ``!unsafe``: Ansible never templates it. Only
+    that text: ansible-core 2.19 types an ``!unsafe`` scalar as if it were unquoted (``!unsafe "3_"``
+    loads as the integer 3, ``!unsafe ""`` as null), which cannot happen to text with a ``{``.
     """
-    if not any(has_undecodable(args.get(key)) for key in ("command", "chdir", "venv", "log_path")):
-        return invoke(tmux_session, args)
-    count("launches_without_AnsibleModule")
+    assert not has_undecodable(value), "non-UTF-8 bytes cannot travel to Ansible"
+    out = []
+    for char in value:
+        code = ord(char)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= code < 0x7F:
+            out.append(char)
+        else:
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+    return ("!unsafe " if "{" in value else "") + '"' + "".join(out) + '"'
+
+
+def as_yaml(data: t.Any) -> str:
+    """``data`` as YAML in flow style, every string (but mapping keys, plain names here) as ``yaml_text``."""
+    if isinstance(data, str):
+        return yaml_text(data)
+    if isinstance(data, dict):
+        assert all(re.fullmatch(r"[A-Za-z0-9_]+", key) for key in data), data.keys()
+        return "{" + ", ".join(f"{key}: {as_yaml(value)}" for key, value in data.items()) + "}"
+    if isinstance(data, (list, tuple)):
+        return "[" + ", ".join(as_yaml(value) for value in data) + "]"
+    return json.dumps(data)
+
+
+def install_driver(node: StandinNode, vmid: int) -> None:
+    """Copy the collection's plugins/module_utils (as the package PACKAGE) and the driver to DRIVER_DIR in the container."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted((REPO / "plugins" / "module_utils").glob("*.py")):
+            tar.add(str(path), arcname=f"{PACKAGE}/{path.name}")
+        tar.add(str(DRIVER), arcname=DRIVER.name)
+    node.sh(vmid, 'rm -rf "$1" && mkdir -p "$1" && tar -x -o -C "$1"', DRIVER_DIR, input=buffer.getvalue())
+
+
+def drive(node: StandinNode, vmid: int, args: dict[str, t.Any], pct: str | None = None) -> dict[str, t.Any]:
+    """tmux_session with these options through the driver in the container: the values' bytes exactly, no Ansible.
+
+    The parameters are the module's, defaults filled in as AnsibleModule would; non-UTF-8 bytes travel
+    as surrogate escapes of ASCII JSON, both ways, on standard input and output of one ``pct exec``
+    (of ``pct``, a program given, else the stand-in's).
+    """
     params = dict({key: spec.get("default") for key, spec in tmux_session.ARGUMENT_SPEC.items()}, **args)
-    spec = spec_from_params(params)
-    rc, out, err = run_in_container(None, spec.vmid, build_program(spec), pct_path=params["pct_path"],
-                                    timeout=params["timeout"] + 2 * spec.stop_timeout)
-    facts = parse_output(out)
-    if rc != 0:
-        return {"failed": True, "msg": str(failure(spec, rc, facts, err, detail(err))), "rc": rc}
-    outcome = result(spec, facts, False)
-    outcome.pop("diff")
-    return outcome
+    data = json.dumps(params, ensure_ascii=True).encode("ascii")
+    argv = ["exec", str(vmid), "--", "python3", f"{DRIVER_DIR}/{DRIVER.name}"]
+    if pct is None:
+        result = node.pct(*argv, input=data, timeout=120)
+    else:
+        result = subprocess.run([pct, *argv], input=data, capture_output=True, env=node.env, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# One task: its name, the module (in trainops.pct_launch) and its options.
+Step = tuple[str, str, dict[str, t.Any]]
 
 
 class Container:
-    """CT 500 with tmux, python3 and the helper programs."""
+    """CT 500 with tmux, python3, the helper programs and the driver."""
 
-    def __init__(self, node: StandinNode, vmid: int) -> None:
+    def __init__(self, node: StandinNode, vmid: int, folder: Path) -> None:
         self.node = node
         self.vmid = vmid
+        self.folder = folder
 
     def helper(self, what: str, *paths: bytes) -> dict[str, t.Any]:
         """Run HELPER inside the container (paths as hex arguments)."""
@@ -188,6 +260,25 @@ class Container:
         files = {bytes.fromhex(k): (None if v is None else bytes.fromhex(v)) for k, v in report["files"].items()}
         return report["pwned"], files
 
+    def drive(self, args: dict[str, t.Any]) -> dict[str, t.Any]:
+        """tmux_session with these options through the driver (``drive``)."""
+        return drive(self.node, self.vmid, args)
+
+    def play(self, steps: list[Step], lax_utf8: bool = False) -> PlayRun:
+        """The steps (task name, module, options) as the tasks of one ansible-playbook run on the container.
+
+        The options are extra variables from a YAML file (``as_yaml``: never templated); each task takes
+        its options from them and ignores errors, so every step has a result. ``lax_utf8``: results
+        may hold non-UTF-8 bytes (LAX_UTF8).
+        """
+        values = self.folder / f"values-{uuid.uuid4().hex[:8]}.yml"
+        values.write_text("h: " + as_yaml([options for _name, _module, options in steps]) + "\n", encoding="ascii")
+        tasks = [{"name": name, "ignore_errors": True,
+                  f"trainops.pct_launch.{module}": {key: f"{{{{ h[{index}]['{key}'] }}}}" for key in options}}
+                 for index, (name, module, options) in enumerate(steps)]
+        return run_tasks(self.folder, {HOST: container_host(self.vmid)}, tasks, options=["-e", f"@{values}"],
+                         env=LAX_UTF8 if lax_utf8 else None, timeout=300)
+
 
 def assert_no_canary(pwned: list[str]) -> None:
     """No injection ran: no canary file in the container (``pwned``) nor on this node."""
@@ -196,15 +287,16 @@ def assert_no_canary(pwned: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def ct(standin: StandinNode) -> Iterator[Container]:
-    """CT 500 with tmux; removed with the stand-in fixture at the end of the session."""
+def ct(standin: StandinNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
+    """CT 500 with tmux and the driver; removed with the stand-in fixture at the end of the session."""
     standin.create(CT)
     standin.apt_install(CT, "tmux")
-    container = Container(standin, CT)
+    container = Container(standin, CT, tmp_path_factory.mktemp("hostile"))
     container.mkdirs(BASE + "/out")
+    install_driver(standin, CT)
     yield container
     for name, number in sorted(COUNTS.items()):
-        print(f"hostile-input examples {name}: {number}")
+        print(f"hostile-input examples {name}: {number} ({DRIVEN.get(name, 0)} through the driver)")
 
 
 def decode_dump(data: bytes) -> dict[str, t.Any]:
@@ -214,7 +306,37 @@ def decode_dump(data: bytes) -> dict[str, t.Any]:
             "cwd": bytes.fromhex(dump["cwd"])}
 
 
-# Variables the wrapper gives every job, besides env (README: a clean environment).
+def strings(data: t.Any) -> Iterator[str]:
+    """Every string in options (keys of mappings too)."""
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from strings(key)
+            yield from strings(value)
+    elif isinstance(data, (list, tuple)):
+        for value in data:
+            yield from strings(value)
+
+
+def run_example(ct: Container, prop: str, launches: list[tuple[str, dict[str, t.Any]]],
+                later: list[Step]) -> tuple[list[dict[str, t.Any]], PlayRun | None]:
+    """The launches (task name, tmux_session options), then the later steps; (the launches' results, the play).
+
+    Text only: all of them are the tasks of one play. With non-UTF-8 bytes in a launch's options:
+    the launches through the driver, then the later steps (if any) in a play whose results may hold
+    such bytes.
+    """
+    steps: list[Step] = [(name, "tmux_session", args) for name, args in launches]
+    if not any(has_undecodable(value) for _name, args in launches for value in strings(args)):
+        run = ct.play(steps + later)
+        return [run.result(name, HOST) for name, _args in launches], run
+    DRIVEN[prop] = DRIVEN.get(prop, 0) + 1
+    results = [ct.drive(args) for _name, args in launches]
+    return results, (ct.play(later, lax_utf8=True) if later else None)
+
+
+# Variables the job's parent gives every job, besides env (README: a clean environment).
 BASE_ENV = {b"PATH", b"HOME", b"USER", b"LOGNAME", b"LANG", b"PWD", b"OLDPWD", b"SHLVL", b"VIRTUAL_ENV"}
 
 
@@ -238,28 +360,31 @@ def test_argv_env_chdir_and_log_path_arrive_byte_exact(ct: Container) -> None:
         venv_path = None if venv is None else f"{BASE}/v/{venv}"
         ct.mkdirs(chdir, f"{BASE}/l/{log_dir}", *([] if venv_path is None else [venv_path + "/bin"]))
         job_env = dict(env, H_SLEEP_FOR="300")
-        args = {"vmid": ct.vmid, "session_name": name, "argv": ["python3", "-c", DUMP, out, *items], "env": job_env,
-                "chdir": chdir, "log_path": log_path}
+        args = {"session_name": name, "argv": ["python3", "-c", DUMP, out, *items], "env": job_env, "chdir": chdir, "log_path": log_path}
         if venv_path is not None:
             args["venv"] = venv_path
-        started = launch(args)
+        # The log is found through @trainops_log: no log_path given after the launches.
+        (started, again), run = run_example(ct, "argv_env_paths", [("Launch", args), ("Launch again", args)], [
+            ("Report", "tmux_session_info", {"session_name": name}),
+            ("Wait", "wait_for_log", {"session_name": name, "pattern": "^dumped$", "timeout": 15}),
+            ("Stop", "tmux_session", {"session_name": name, "state": "stopped", "stop_timeout": 10}),
+            ("Report the end", "tmux_session_info", {"session_name": name}),
+        ])
+        assert run is not None
         assert started.get("changed") is True and started.get("state") == "running", started
         assert started["log_path"] == log_path
+        assert again.get("changed") is False and again.get("failed") is not True and again.get("state") == "running", again
 
-        info = invoke(tmux_session_info, {"vmid": ct.vmid, "session_name": name})["session"]
-        assert info["state"] == "running" and info["log_path"] == as_text(log_path), info
-        assert info["command"] == as_text(display_command(spec_from_params(args))), info
-        # The log is found through @trainops_log: no log_path given.
-        waited = invoke(wait_for_log, {"vmid": ct.vmid, "session_name": name, "pattern": "^dumped$", "timeout": 15})
-        assert waited.get("verdict") == "started" and waited["log_path"] == as_text(log_path), waited
-        again = launch(args)
-        assert again.get("changed") is False and again.get("failed") is not True, again
-
-        stopped = invoke(tmux_session, {"vmid": ct.vmid, "session_name": name, "state": "stopped", "stop_timeout": 10})
+        info = run.result("Report", HOST).get("session") or {}
+        assert info.get("state") == "running" and as_text(info["log_path"]) == as_text(log_path), info
+        assert as_text(info["command"]) == as_text(display_command(spec_from_params(args))), info
+        waited = run.result("Wait", HOST)
+        assert waited.get("verdict") == "started" and as_text(waited["log_path"]) == as_text(log_path), waited
+        stopped = run.result("Stop", HOST)
         assert stopped.get("changed") is True and stopped.get("exit_status") == 143, stopped
-        assert stopped["log_path"] == as_text(log_path)
-        gone = invoke(tmux_session_info, {"vmid": ct.vmid, "session_name": name})["session"]
-        assert gone["state"] == "finished" and gone["exit_status"] == 143 and gone["log_path"] == as_text(log_path), gone
+        assert as_text(stopped["log_path"]) == as_text(log_path)
+        gone = run.result("Report the end", HOST).get("session") or {}
+        assert gone.get("state") == "finished" and gone["exit_status"] == 143 and as_text(gone["log_path"]) == as_text(log_path), gone
 
         pwned, files = ct.files(out, log_path, log_path + ".exit", wait=True)
         assert_no_canary(pwned)
@@ -295,8 +420,8 @@ def test_command_arrives_byte_exact(ct: Container) -> None:
         out = f"{BASE}/out/{number}.json"
         command = (f"cat > {text_out} <<'{HEREDOC_END}'\n{text}\n{HEREDOC_END}\n"
                    f"exec python3 -c {shlex.quote(DUMP)} {out} " + " ".join(shlex.quote(w) for w in words))
-        args = {"vmid": ct.vmid, "session_name": f"hc-{number}", "command": command, "log_path": f"{BASE}/out/{number}.log"}
-        started = launch(args)
+        args = {"session_name": f"hc-{number}", "command": command, "log_path": f"{BASE}/out/{number}.log"}
+        (started,), _run = run_example(ct, "command", [("Launch", args)], [])
         assert started.get("changed") is True, started
         pwned, files = ct.files(text_out, out, wait=True)
         assert_no_canary(pwned)
@@ -344,7 +469,8 @@ SESSION_HEAD = st.from_regex(r"[A-Za-z0-9_-]{1,56}", fullmatch=True)
 def test_wait_patterns_match_hostile_lines(ct: Container) -> None:
     """pattern and fail_pattern with hostile text reach the in-container matcher byte-exact and match the right line.
 
-    Session names are any valid ones (a leading dash, digits only, '--').
+    Session names are any valid ones (a leading dash, digits only, '--'). A log path with non-UTF-8
+    bytes is not given to wait_for_log (it cannot travel): the log is found through the session.
     """
 
     @SETTINGS
@@ -354,14 +480,16 @@ def test_wait_patterns_match_hostile_lines(ct: Container) -> None:
         number = count("wait_patterns")
         name = f"{name_head}-{number}"
         log_path = f"{BASE}/out/{number}-{log_name}"
-        started = launch({"vmid": ct.vmid, "session_name": name, "argv": ["python3", "-c", PRINT, *lines], "log_path": log_path})
-        assert started.get("changed") is True, started
-        args = {"vmid": ct.vmid, "session_name": name, "pattern": pattern, "timeout": 15}
+        wait = {"session_name": name, "pattern": pattern, "timeout": 15}
         if not has_undecodable(log_path):
-            args["log_path"] = log_path
+            wait["log_path"] = log_path
         if fail is not None:
-            args["fail_pattern"] = fail
-        waited = invoke(wait_for_log, args)
+            wait["fail_pattern"] = fail
+        launch = {"session_name": name, "argv": ["python3", "-c", PRINT, *lines], "log_path": log_path}
+        (started,), run = run_example(ct, "wait_patterns", [("Launch", launch)], [("Wait", "wait_for_log", wait)])
+        assert started.get("changed") is True, started
+        assert run is not None
+        waited = run.result("Wait", HOST)
         verdict, line = expected_verdict(lines, pattern, fail)
         assert verdict is not None
         assert waited.get("verdict") == verdict and waited.get("matched_line") == line, (waited, verdict, line)
@@ -369,3 +497,19 @@ def test_wait_patterns_match_hostile_lines(ct: Container) -> None:
 
     prop()
     report_count("wait_patterns")
+
+
+@pytest.mark.xfail(strict=True, reason="the modules return a non-UTF-8 log path as surrogate escapes, which ansible-core 2.19 refuses "
+                                       "by default (MODULE_STRICT_UTF8_RESPONSE); the vmid path returned it with U+FFFD")
+def test_non_utf8_log_path_is_reported_with_default_settings(ct: Container) -> None:
+    """A session whose log path holds non-UTF-8 bytes: the report, the wait and the stop by name succeed with ansible-core's defaults."""
+    name, log_path = "hb-default", BASE + "/out/hb-\udcff\udcfe.log"
+    started = ct.drive({"session_name": name, "command": "echo ready; exec sleep 300", "log_path": log_path})
+    assert started.get("changed") is True and started["log_path"] == log_path, started
+    run = ct.play([("Report", "tmux_session_info", {"session_name": name}),
+                   ("Wait", "wait_for_log", {"session_name": name, "pattern": "^ready$", "timeout": 15}),
+                   ("Stop", "tmux_session", {"session_name": name, "state": "stopped", "stop_timeout": 10})])
+    report, waited, stopped = (run.result(task, HOST) for task in ("Report", "Wait", "Stop"))
+    assert as_text((report.get("session") or {}).get("log_path") or "") == as_text(log_path), report
+    assert waited.get("verdict") == "started" and as_text(waited.get("log_path") or "") == as_text(log_path), waited
+    assert stopped.get("changed") is True and stopped.get("exit_status") == 143, stopped

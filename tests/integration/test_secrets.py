@@ -1,16 +1,26 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Values of ``env`` never leak, on a real container (CT 501).
+"""Values of ``env`` never leak, on a real container (CT 501) reached with the pct connection.
 
-A secret (with quotes, a newline, ``$()``, backticks, ``%`` and a random token) is given in ``env`` to
-launches, restarts, a spec conflict, check mode, a short and a long job. It must never appear:
+The modules run in the container, an inventory host of the collection's ``trainops.pct_launch.pct``
+connection: with pipelining each task is one ``pct exec`` whose standard input carries the module and
+its arguments. A secret (with quotes, a newline, ``$()``, backticks, ``%`` and a random token) is
+given in ``env`` to launches, restarts, a spec conflict, check mode, a short and a long job and a job
+that crashes. It must never appear:
 
-(a) on the node's process list (``ps -eo args`` and /proc/*/cmdline polled in a thread; every
-    ``execve`` of the launches, the tmux server, the wrapper and the job recorded with strace when
-    the node has it); and in no process's environment but the job's;
-(b) in Ansible's output, at verbosity 0 and -vvvv, with and without task-level ``no_log``, with --diff;
+(a) on the process list (``ps -eo args`` and /proc/*/cmdline polled in a thread on the node, which
+    sees the container's processes too; every ``execve`` of the ``pct`` calls and of what they start
+    in the container, the tmux server, the job's parent and the job, recorded with strace through a
+    ``pct_path`` wrapper when the node has strace), and in no process's environment but the job's;
+(b) in Ansible's output, at verbosity 0 and -vvvv, with and without task-level ``no_log``, with
+    --diff, nor in the task results;
 (c) in the log header or the log; (d) in any file of the container (``env`` is deleted once the job
 started, /run/trainops is 0700); (e) in tmux's environment or options; (f) in ``LOG.exit``.
+
+A secret with non-UTF-8 bytes cannot travel as a module argument (Ansible's variables are UTF-8
+text): it is launched through tests/integration/files/module_utils_driver.py in the container (the
+launch code the module runs there), on standard input of a traced ``pct exec``, and checked the same
+way. Without pipelining a task with ``env`` is refused before anything is sent to the container.
 
 Secrets are looked for by two random hex tokens inside them, which survive any quoting, and by the
 hex encoding of those tokens.
@@ -27,26 +37,24 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import threading
-import time
 import typing as t
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._pct import resolve_pct
-from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session, tmux_session_info, wait_for_log
-
-from ..module_main import run_main as invoke
 from .conftest import StandinNode
+from .playbook_results import PlayRun, container_host, exec_calls, run_tasks
+from .test_hostile_input import drive, install_driver
 
 pytestmark = pytest.mark.integration
 
 CT = 501
-PYTHON = sys.executable
+HOST = f"ct{CT}"
 CANARY = "/tmp/pwned-s501"
+# Where the pct connection looks up a pct_path given as a name.
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class Secret:
@@ -165,11 +173,16 @@ done
 """
 
 
-def assert_no_leak_in_container(node: StandinNode, all_secrets: list[Secret]) -> None:
-    """(c) to (f): files of the container, /run/trainops, tmux state, LOG.exit, environments of processes."""
+def assert_no_file_holds(node: StandinNode, all_secrets: list[Secret]) -> None:
+    """(c) and (d): no regular file of the container (logs included) holds a secret."""
     needles = b"\n".join(needle.hex().encode() for secret in all_secrets for needle in secret.needles())
     report = json.loads(ct_sh(node, 'exec python3 -c "$1"', SCAN, input_data=needles))
     assert report["scanned"] > 1000 and report["hits"] == [], report["hits"]
+
+
+def assert_no_leak_in_container(node: StandinNode, all_secrets: list[Secret]) -> None:
+    """(c) to (f): files of the container, /run/trainops, tmux state, LOG.exit; no injected command ran."""
+    assert_no_file_holds(node, all_secrets)
     layout = json.loads(ct_sh(node, 'exec python3 -c "$1"', LAYOUT))
     assert layout["/run/trainops"] == "700", layout
     for folder, files in layout["dirs"].items():
@@ -200,32 +213,37 @@ def environ_holders(all_secrets: list[Secret], mark: bytes) -> tuple[list[str], 
 
 @pytest.fixture(scope="module")
 def node(standin: StandinNode) -> StandinNode:
-    """CT 501 with tmux and /s for the logs."""
+    """CT 501 with tmux, /s for the logs and the driver."""
     standin.create(CT)
     standin.apt_install(CT, "tmux")
     ct_sh(standin, "mkdir -p /s")
+    install_driver(standin, CT)
     return standin
 
 
-def run_playbook(tmp_path: Path, tasks: list[dict[str, t.Any]], variables: dict[str, t.Any], verbosity: list[str]) -> subprocess.CompletedProcess[str]:
-    """ansible-playbook on this node (the Proxmox node) with --diff; the variables come from a file, not argv."""
+def run_play(tmp_path: Path, tasks: list[dict[str, t.Any]], variables: dict[str, t.Any], options: t.Sequence[str] = (),
+             **host_vars: t.Any) -> PlayRun:
+    """ansible-playbook on the container host (the pct connection, pipelined unless host_vars say otherwise).
+
+    The variables come from a file (mode 0600), never argv.
+    """
     varfile = tmp_path / f"vars-{secrets.token_hex(4)}.json"
     varfile.write_text(json.dumps(variables), encoding="utf-8")
     varfile.chmod(0o600)
-    play = tmp_path / f"play-{secrets.token_hex(4)}.yml"
-    play.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]), encoding="utf-8")
-    argv = [str(Path(PYTHON).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={PYTHON}",
-            "-e", f"@{varfile}", "--diff", *verbosity, str(play)]
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, check=False)
+    return run_tasks(tmp_path, {HOST: container_host(CT, **host_vars)}, tasks, options=["-e", f"@{varfile}", *options])
+
+
+def output_of(run: PlayRun) -> str:
+    """What ansible-playbook printed and the results it recorded (trainops_results callback)."""
+    return run.proc.stdout + run.proc.stderr + json.dumps(run.results)
 
 
 def playbook_tasks(tag: str, mark: str, full: bool) -> list[dict[str, t.Any]]:
     """Launch, restart (no_log), conflict, debug of a result; when full also unchanged, check mode, a short job, wait,
     stop and launch again."""
-    long_job = {"vmid": CT, "session_name": f"pb-long-{tag}", "command": "echo started; exec sleep 600",
+    long_job = {"session_name": f"pb-long-{tag}", "command": "echo started; exec sleep 600",
                 "env": {"API_TOKEN": "{{ secret }}", "JOB_MARK": mark}, "log_path": f"/s/pb-long-{tag}.log"}
-    short_job = {"vmid": CT, "session_name": f"pb-short-{tag}", "command": 'test -n "$API_TOKEN"; echo "done $?"',
+    short_job = {"session_name": f"pb-short-{tag}", "command": 'test -n "$API_TOKEN"; echo "done $?"',
                  "env": {"API_TOKEN": "{{ secret }}", "JOB_MARK": mark}, "log_path": f"/s/pb-short-{tag}.log"}
     module = "trainops.pct_launch.tmux_session"
     tasks = [
@@ -238,9 +256,8 @@ def playbook_tasks(tag: str, mark: str, full: bool) -> list[dict[str, t.Any]]:
         {"name": "Unchanged", module: long_job},
         {"name": "Check mode", module: dict(long_job, session_name=f"pb-check-{tag}", log_path=f"/s/pb-check-{tag}.log"), "check_mode": True},
         {"name": "Short job", module: short_job},
-        {"name": "Wait", "trainops.pct_launch.wait_for_log": {"vmid": CT, "session_name": f"pb-short-{tag}", "pattern": "^done 0$",
-                                                              "timeout": 30}},
-        {"name": "Stop", module: {"vmid": CT, "session_name": f"pb-long-{tag}", "state": "stopped"}},
+        {"name": "Wait", "trainops.pct_launch.wait_for_log": {"session_name": f"pb-short-{tag}", "pattern": "^done 0$", "timeout": 30}},
+        {"name": "Stop", module: {"session_name": f"pb-long-{tag}", "state": "stopped"}},
         {"name": "Launch again", module: long_job},
     ]
 
@@ -253,13 +270,17 @@ def test_secret_not_in_ansible_output_nor_on_the_process_list(node: StandinNode,
         secret = Secret(f"pb{tag}")
         used.append(secret)
         with Watcher([secret]) as watcher:
-            proc = run_playbook(tmp_path, playbook_tasks(tag, mark, full=bool(verbosity)), {"secret": secret.value}, verbosity)
-        output = proc.stdout + proc.stderr
-        assert "failed=0" in proc.stdout and "ignored=1" in proc.stdout, output[-3000:]
+            run = run_play(tmp_path, playbook_tasks(tag, mark, full=bool(verbosity)), {"secret": secret.value}, ["--diff", *verbosity])
+        output = output_of(run)
+        assert "failed=0" in run.proc.stdout and "ignored=1" in run.proc.stdout, output[-3000:]
         assert "is already running with a different spec" in output and "values not shown" in output
-        assert not secret.found_in(output), f"secret in ansible-playbook {' '.join(verbosity)} output"
+        assert run.result("Launch", HOST)["changed"] is True
+        if verbosity:
+            assert run.result("Wait", HOST)["verdict"] == "started" and run.result("Stop", HOST)["exit_status"] == 143
+            assert exec_calls(run.proc.stdout, HOST).get("Launch") == 1, "the launch is not one pipelined pct exec"
+        assert not secret.found_in(output), f"secret in ansible-playbook {' '.join(verbosity)} output or results"
         assert watcher.snapshots > 20 and watcher.ps_runs > 5 and watcher.hits == [], watcher.hits
-        print(f"ansible-playbook {' '.join(verbosity) or '(verbosity 0)'}: {len(output)} characters of output, "
+        print(f"ansible-playbook {' '.join(verbosity) or '(verbosity 0)'}: {len(output)} characters of output and results, "
               f"{watcher.snapshots} process-list snapshots ({watcher.ps_runs} with ps), no secret")
     assert_no_leak_in_container(node, used)
     strangers, jobs = environ_holders(used, mark.encode())
@@ -279,7 +300,7 @@ exec {pct} "$@"
 @pytest.fixture()
 def traced_pct(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A pct_path whose calls (and the tmux server they start) are traced by strace; the strace processes end with the test."""
-    pct = resolve_pct("pct")
+    pct = shutil.which("pct", path=NODE_PATH)
     assert pct is not None
     trace = tmp_path / "trace"
     trace.mkdir()
@@ -296,50 +317,95 @@ def traced_pct(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             os.kill(int(line), signal.SIGTERM)
 
 
-def test_secret_not_in_any_exec_file_tmux_or_exit_file(node: StandinNode, traced_pct: tuple[str, Path]) -> None:
-    """(a) with every execve recorded, a long job, restarted, a short job and a crash; then (c) to (f)."""
+def launch_tasks(mark: str) -> list[dict[str, t.Any]]:
+    """A long job, restarted, a short job and a crash, each followed by a listing of its run folder; a wait and a report."""
+    env = {"API_TOKEN": "{{ secret }}", "JOB_MARK": mark}
+    launches = [
+        ("Launch long", dict(session_name="ip-long", command="echo started; exec sleep 600", env=env, log_path="/s/ip-long.log")),
+        ("Restart long", dict(session_name="ip-long", command="echo started; exec sleep 600", env=env, log_path="/s/ip-long.log",
+                              state="restarted")),
+        ("Launch short", dict(session_name="ip-short", argv=["python3", "-c", "import os; print(len(os.environ['API_TOKEN']) > 20)"],
+                              env=env, log_path="/s/ip-short.log")),
+        ("Launch crash", dict(session_name="ip-crash", command="echo crashing; exit 3", env=env, log_path="/s/ip-crash.log")),
+    ]
+    tasks: list[dict[str, t.Any]] = []
+    for name, args in launches:
+        # the job's parent deletes the env file before the job's first instruction; the launch returns after that
+        tasks += [{"name": name, "trainops.pct_launch.tmux_session": args, "ignore_errors": True},
+                  {"name": f"List after {name}", "ansible.builtin.command": {"argv": ["ls", "-A", f"/run/trainops/{args['session_name']}"]}}]
+    return tasks + [
+        {"name": "Wait", "trainops.pct_launch.wait_for_log": {"session_name": "ip-short", "pattern": "^True$", "timeout": 20},
+         "ignore_errors": True},
+        {"name": "Report", "trainops.pct_launch.tmux_session_info": {}},
+    ]
+
+
+def test_secret_not_in_any_exec_file_tmux_or_exit_file(node: StandinNode, traced_pct: tuple[str, Path], tmp_path: Path) -> None:
+    """(a) with every execve recorded, a long job, restarted, a short job, a crash and a secret with non-UTF-8 bytes; then (c) to (f)."""
     pct_path, trace = traced_pct
     ct_sh(node, "env -i PATH=/usr/bin:/bin HOME=/root tmux kill-server 2>/dev/null; true")  # the traced launch starts the server
-    secret = Secret("ip", non_utf8=True)
+    secret, raw_secret = Secret("ip"), Secret("ib", non_utf8=True)
     mark = "mark-" + secrets.token_hex(6)
-    env = {"API_TOKEN": secret.value, "JOB_MARK": mark}
-    base = {"vmid": CT, "pct_path": pct_path}
-    launches = [
-        dict(base, session_name="ip-long", command="echo started; exec sleep 600", env=env, log_path="/s/ip-long.log"),
-        dict(base, session_name="ip-long", command="echo started; exec sleep 600", env=env, log_path="/s/ip-long.log", state="restarted"),
-        dict(base, session_name="ip-short", argv=["python3", "-c", "import os; print(len(os.environ['API_TOKEN']) > 20)"], env=env,
-             log_path="/s/ip-short.log"),
-        dict(base, session_name="ip-crash", command="echo crashing; exit 3", env=env, log_path="/s/ip-crash.log"),
-    ]
-    results = []
-    with Watcher([secret]) as watcher:
-        for args in launches:
-            results.append(invoke(tmux_session, args))
-            # the wrapper deletes the env file before the job's first instruction; the launch returns after that
-            listing = ct_sh(node, 'ls -A "/run/trainops/$1"', args["session_name"]).split()
-            assert b"env" not in listing, listing
-        waited = invoke(wait_for_log, dict(base, session_name="ip-short", pattern="^True$", timeout=20))
-        info = invoke(tmux_session_info, dict(base))
-        strangers, jobs = environ_holders([secret], mark.encode())
-        assert_no_leak_in_container(node, [secret])
-        stopped = invoke(tmux_session, dict(base, session_name="ip-long", state="stopped"))
-        time.sleep(0.3)
-    assert [r.get("changed") for r in results] == [True, True, True, True], results
-    assert waited["verdict"] == "started" and stopped["exit_status"] == 143, (waited, stopped)
-    for outcome in [*results, waited, info, stopped]:
-        assert not secret.found_in(json.dumps(outcome)), outcome
-    assert strangers == [] and jobs >= 1, (strangers, jobs)
+    with Watcher([secret, raw_secret]) as watcher:
+        run = run_play(tmp_path, launch_tasks(mark), {"secret": secret.value}, pct_path=pct_path)
+        # non-UTF-8 bytes cannot be a module argument: the launch code through the driver, on stdin of a traced pct exec
+        raw_launch = drive(node, CT, {"session_name": "ip-bytes", "command": "echo started; exec sleep 600",
+                                      "env": {"API_TOKEN": raw_secret.value, "JOB_MARK": mark}, "log_path": "/s/ip-bytes.log"}, pct=pct_path)
+        raw_listing = ct_sh(node, 'ls -A "/run/trainops/$1"', "ip-bytes").split()
+        strangers, jobs = environ_holders([secret, raw_secret], mark.encode())
+        assert_no_leak_in_container(node, [secret, raw_secret])
+        stops = run_play(tmp_path, [{"name": f"Stop {name}", "trainops.pct_launch.tmux_session": {"session_name": name, "state": "stopped"}}
+                                    for name in ("ip-long", "ip-bytes")], {}, pct_path=pct_path)
+    launches = [run.result(name, HOST) for name in ("Launch long", "Restart long", "Launch short", "Launch crash")]
+    assert [r.get("changed") for r in launches] == [True, True, True, True], launches
+    assert raw_launch.get("changed") is True and raw_launch.get("state") == "running", raw_launch
+    for name in ("Launch long", "Restart long", "Launch short", "Launch crash"):
+        listing = run.result(f"List after {name}", HOST)["stdout_lines"]
+        assert "spec" in listing and "env" not in listing, (name, listing)
+    assert "spec" in map(bytes.decode, raw_listing) and b"env" not in raw_listing, raw_listing
+    waited, info = run.result("Wait", HOST), run.result("Report", HOST)
+    assert waited["verdict"] == "started" and {s["name"] for s in info["sessions"]} >= {"ip-long", "ip-short", "ip-crash"}, (waited, info)
+    assert [stops.result(f"Stop {name}", HOST).get("exit_status") for name in ("ip-long", "ip-bytes")] == [143, 143], stops.results
+    for one in (secret, raw_secret):
+        for what, text in (("ansible-playbook", output_of(run) + output_of(stops)), ("the driver's result", json.dumps(raw_launch))):
+            assert not one.found_in(text), f"a secret is in {what}"
+    assert strangers == [] and jobs >= 2, (strangers, jobs)
     assert watcher.snapshots > 10 and watcher.hits == [], watcher.hits
-    exit_file = ct_sh(node, "cat /s/ip-long.log.exit")
-    assert b"exit_status=143" in exit_file and not secret.found_in(exit_file)
-    header = ct_sh(node, "head -n 1 /s/ip-long.log /s/ip-crash.log")
-    assert b"command=echo started; exec sleep 600" in header and b"command=echo crashing; exit 3" in header
+    exit_files = ct_sh(node, "cat /s/ip-long.log.exit /s/ip-bytes.log.exit")
+    assert exit_files.count(b"exit_status=143") == 2 and not secret.found_in(exit_files) and not raw_secret.found_in(exit_files)
+    header = ct_sh(node, "head -q -n 1 /s/ip-long.log /s/ip-crash.log /s/ip-bytes.log")
+    assert b"command=echo started; exec sleep 600" in header and b"command=echo crashing; exit 3" in header and header.count(b"\n") == 3
     traces = b"".join(path.read_bytes() for path in trace.glob("trace.*"))
     if shutil.which("strace") is None:
         pytest.skip("no strace on this node: execve records not checked (process list and files were)")
     execs = [line for line in traces.split(b"\n") if b"execve" in line and b"= 0" in line]
-    assert any(b"/run/trainops/ip-long/run.sh" in line for line in execs) and any(b'"sleep", "600"' in line for line in execs), \
-        "strace did not see the wrapper and the job"
-    assert not secret.found_in(traces), [line for line in execs if secret.found_in(line)]
-    print(f"strace: {len(execs)} execve calls recorded, none with the secret; {watcher.snapshots} process-list snapshots "
+    for session in (b"ip-long", b"ip-bytes"):
+        assert any(b"/run/trainops/" + session + b"/parent.py" in line for line in execs), f"strace did not see the parent of {session!r}"
+    assert any(b'"sleep", "600"' in line for line in execs), "strace did not see the job"
+    assert not secret.found_in(traces) and not raw_secret.found_in(traces), [line for line in execs if secret.found_in(line) or raw_secret.found_in(line)]
+    print(f"strace: {len(execs)} execve calls recorded, none with a secret; {watcher.snapshots} process-list snapshots "
           f"({watcher.ps_runs} with ps)")
+
+
+def test_env_without_pipelining_is_refused(node: StandinNode, tmp_path: Path) -> None:
+    """Pipelining off for the container: a launch with env is refused before any pct exec; one without env still runs."""
+    secret = Secret("np")
+    tasks = [
+        {"name": "Launch with env", "ignore_errors": True,
+         "trainops.pct_launch.tmux_session": {"session_name": "np-refused", "command": "echo started; exec sleep 600",
+                                              "env": {"API_TOKEN": "{{ secret }}"}, "log_path": "/s/np-refused.log"}},
+        {"name": "Launch without env",
+         "trainops.pct_launch.tmux_session": {"session_name": "np-plain", "command": "echo started; exec sleep 600", "log_path": "/s/np-plain.log"}},
+    ]
+    with Watcher([secret]) as watcher:
+        run = run_play(tmp_path, tasks, {"secret": secret.value}, ["-vvv"], ansible_pipelining=False)
+    refused, plain = run.result("Launch with env", HOST), run.result("Launch without env", HOST)
+    assert refused["status"] == "failed" and "pipelining is off" in refused["msg"] and "with env" in refused["msg"], refused
+    assert plain["status"] == "changed" and plain["state"] == "running", plain
+    calls = exec_calls(run.proc.stdout, HOST)
+    assert calls.get("Launch with env", 0) == 0 and calls.get("Launch without env", 0) > 1, calls
+    assert not secret.found_in(output_of(run)) and watcher.hits == [], watcher.hits
+    listing = ct_sh(node, "tmux ls -F '#{session_name}' 2>/dev/null; ls -A /s /run/trainops; true").split()
+    assert b"np-plain" in listing and b"np-refused" not in listing and b"np-refused.log" not in listing, listing
+    assert_no_file_holds(node, [secret])
+    ct_sh(node, "tmux kill-session -t =np-plain")
