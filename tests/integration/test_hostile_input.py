@@ -20,9 +20,8 @@ the container by its python3 next to a copy of the collection's ``plugins/module
 tmux_session's main() runs after AnsibleModule (spec_from_params, launch, result), the real
 container-side code, with the parameters as ASCII JSON on standard input. The example's later steps
 (tmux_session_info, wait_for_log and the stop by session name, whose arguments are text) still run
-through ``ansible-playbook``, with ``ANSIBLE_MODULE_STRICT_UTF8_RESPONSE=false``: their results hold
-the session's non-UTF-8 log path, which ansible-core 2.19 refuses by default
-(``test_non_utf8_log_path_is_reported_with_default_settings``, an expected failure, shows it).
+through ``ansible-playbook`` with ansible-core's defaults: their results show the session's non-UTF-8
+log path with U+FFFD in place of those bytes (``test_non_utf8_log_path_is_reported_with_default_settings``).
 
 Each property prints how many examples it tried and how many went through the driver (``pytest -s``
 or ``-rP`` shows it).
@@ -64,7 +63,6 @@ DRIVER = Path(__file__).resolve().parent / "files" / "module_utils_driver.py"
 DRIVER_DIR = "/opt/trainops-test-driver"
 PACKAGE = "ansible_collections/trainops/pct_launch/plugins/module_utils"
 # ansible-core's setting for results holding non-UTF-8 bytes (surrogate escapes); true by default, and then it refuses them.
-LAX_UTF8 = {"ANSIBLE_MODULE_STRICT_UTF8_RESPONSE": "false"}
 SETTINGS = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "30")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                     phases=[Phase.explicit, Phase.reuse, Phase.generate] + ([] if os.environ.get("HOSTILE_NO_SHRINK") else [Phase.shrink]))
@@ -264,20 +262,18 @@ class Container:
         """tmux_session with these options through the driver (``drive``)."""
         return drive(self.node, self.vmid, args)
 
-    def play(self, steps: list[Step], lax_utf8: bool = False) -> PlayRun:
+    def play(self, steps: list[Step]) -> PlayRun:
         """The steps (task name, module, options) as the tasks of one ansible-playbook run on the container.
 
         The options are extra variables from a YAML file (``as_yaml``: never templated); each task takes
-        its options from them and ignores errors, so every step has a result. ``lax_utf8``: results
-        may hold non-UTF-8 bytes (LAX_UTF8).
+        its options from them and ignores errors, so every step has a result.
         """
         values = self.folder / f"values-{uuid.uuid4().hex[:8]}.yml"
         values.write_text("h: " + as_yaml([options for _name, _module, options in steps]) + "\n", encoding="ascii")
         tasks = [{"name": name, "ignore_errors": True,
                   f"trainops.pct_launch.{module}": {key: f"{{{{ h[{index}]['{key}'] }}}}" for key in options}}
                  for index, (name, module, options) in enumerate(steps)]
-        return run_tasks(self.folder, {HOST: container_host(self.vmid)}, tasks, options=["-e", f"@{values}"],
-                         env=LAX_UTF8 if lax_utf8 else None, timeout=300)
+        return run_tasks(self.folder, {HOST: container_host(self.vmid)}, tasks, options=["-e", f"@{values}"], timeout=300)
 
 
 def assert_no_canary(pwned: list[str]) -> None:
@@ -333,7 +329,7 @@ def run_example(ct: Container, prop: str, launches: list[tuple[str, dict[str, t.
         return [run.result(name, HOST) for name, _args in launches], run
     DRIVEN[prop] = DRIVEN.get(prop, 0) + 1
     results = [ct.drive(args) for _name, args in launches]
-    return results, (ct.play(later, lax_utf8=True) if later else None)
+    return results, (ct.play(later) if later else None)
 
 
 # Variables the job's parent gives every job, besides env (README: a clean environment).
@@ -499,8 +495,6 @@ def test_wait_patterns_match_hostile_lines(ct: Container) -> None:
     report_count("wait_patterns")
 
 
-@pytest.mark.xfail(strict=True, reason="the modules return a non-UTF-8 log path as surrogate escapes, which ansible-core 2.19 refuses "
-                                       "by default (MODULE_STRICT_UTF8_RESPONSE); the vmid path returned it with U+FFFD")
 def test_non_utf8_log_path_is_reported_with_default_settings(ct: Container) -> None:
     """A session whose log path holds non-UTF-8 bytes: the report, the wait and the stop by name succeed with ansible-core's defaults."""
     name, log_path = "hb-default", BASE + "/out/hb-\udcff\udcfe.log"
