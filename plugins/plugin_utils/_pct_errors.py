@@ -35,7 +35,7 @@ _SSH_HOST_KEY_CHANGED = re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host
 _SSH_AUTH = re.compile(r"Permission denied \(|Too many authentication failures|No more authentication methods")
 _SSH_CONNECT = re.compile(
     r"Connection refused|Connection timed out|timed out during banner exchange|No route to host|Network is unreachable"
-    r"|Could not resolve hostname|Name or service not known|kex_exchange_identification|Connection closed by|Connection reset"
+    r"|Could not resolve hostname|Name or service not known|kex_exchange_identification|Connection closed by|closed by remote host|Connection reset"
 )
 
 

@@ -419,7 +419,7 @@ def test_fault_tmux_missing_for_wait_and_info(ct_no_tmux: int, standin: StandinN
     run = play(tmp_path, ct_no_tmux, [wait_task(session_name="old", log_path="/w/old.log", pattern="^READY$", timeout=600)])
     r = run.result("wait", host)
     assert run.proc.returncode != 0 and r["verdict"] == "died" and r["tmux_missing"] is True and r["elapsed"] < 300, r
-    assert message(r).startswith(f"Cannot watch session old in container {ct_no_tmux}: tmux is not installed in the container; "
+    assert message(r).startswith(f"Cannot watch session old in container {ct_no_tmux}: tmux is not installed there; "
                                  "install it (role trainops.pct_launch.tmux)"), r["msg"]
     print(f"tmux missing, wait_for_log: {message(r)}")
     run = play(tmp_path, ct_no_tmux, [info_task(session_name="old", log_path="/w/old.log")])

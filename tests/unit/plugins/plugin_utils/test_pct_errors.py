@@ -83,6 +83,8 @@ def test_ssh_failure_only_for_remote_nodes() -> None:
          "the host key of node pve1 is not known, so ssh refused it (host key checking is on): No ED25519 host key is known for pve1"),
         (b"Host key verification failed.\r\n", "the host key of node pve1 is not known, so ssh refused it"),
         (b"ssh: Could not resolve hostname pve1: Name or service not known\r\n", "node pve1 cannot be reached: ssh: Could not resolve"),
+        # sshd went away with the connection open (the node shut down, sshd killed)
+        (b"Connection to 127.0.0.21 closed by remote host.\r\n", "node pve1 cannot be reached: Connection to 127.0.0.21 closed by remote host; check"),
         (b"something else\n", "(exit status 255): something else"),
         (b"", "(exit status 255): no error message"),
     ],
