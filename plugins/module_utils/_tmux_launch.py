@@ -253,4 +253,3 @@ def script_to_check(spec: LaunchSpec) -> tuple[str | None, bool]:
         if not word.startswith("-") and _SCRIPT_SUFFIX.search(word) and not _UNSAFE_WORD.search(word):
             return word, False
     return None, False
-

@@ -56,8 +56,8 @@ def ct(standin: StandinNode) -> int:
 
 def launch(tmp_path: Path, vmid: int, jobs: dict[str, str]) -> None:
     """Start each job (session name: command) with trainops.pct_launch.tmux_session on the container, log /w/NAME.log."""
-    tasks = [{"name": f"launch {name}", "trainops.pct_launch.tmux_session": {"session_name": name, "command": command,
-                                                                           "log_path": f"/w/{name}.log"}} for name, command in jobs.items()]
+    tasks = [{"name": f"launch {name}", "trainops.pct_launch.tmux_session": {"session_name": name, "command": command, "log_path": f"/w/{name}.log"}}
+             for name, command in jobs.items()]
     run = run_tasks(tmp_path / "launch", {host_name(vmid): container_host(vmid)}, tasks)
     assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
     for name in jobs:

@@ -74,7 +74,8 @@ def test_ssh_failure_only_for_remote_nodes() -> None:
 @pytest.mark.parametrize(
     "stderr, expected",
     [
-        (b"root@10.0.0.1: Permission denied (publickey).\r\n", "ssh could not log in to node pve1: root@10.0.0.1: Permission denied (publickey); check pct_node_user"),
+        (b"root@10.0.0.1: Permission denied (publickey).\r\n",
+         "ssh could not log in to node pve1: root@10.0.0.1: Permission denied (publickey); check pct_node_user"),
         (b"@@@\r\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\r\nOffending ED25519 key in /k:1\r\n"
          b"Host key for pve1 has changed and you have requested strict checking.\r\nHost key verification failed.\r\n",
          "the host key of node pve1 does not match known_hosts, so ssh refused it (host key checking is on): Offending ED25519 key in /k:1 | "
@@ -84,7 +85,8 @@ def test_ssh_failure_only_for_remote_nodes() -> None:
         (b"Host key verification failed.\r\n", "the host key of node pve1 is not known, so ssh refused it"),
         (b"ssh: Could not resolve hostname pve1: Name or service not known\r\n", "node pve1 cannot be reached: ssh: Could not resolve"),
         # sshd went away with the connection open (the node shut down, sshd killed)
-        (b"Connection to 127.0.0.21 closed by remote host.\r\n", "node pve1 cannot be reached: Connection to 127.0.0.21 closed by remote host; check"),
+        (b"Connection to 127.0.0.21 closed by remote host.\r\n",
+         "node pve1 cannot be reached: Connection to 127.0.0.21 closed by remote host; check"),
         (b"something else\n", "(exit status 255): something else"),
         (b"", "(exit status 255): no error message"),
     ],
