@@ -466,38 +466,9 @@ def test_write_whole_fails_without_leaving_a_tmp_file(tmp_path: Path) -> None:
     assert list((folder / "target").iterdir()) == []
 
 
-@pytest.fixture()
-def small_fs(tmp_path: Path) -> t.Iterator[Path]:
-    """A full 16 KiB tmpfs (root only)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)],
-                                           capture_output=True, check=False).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        subprocess.run(["dd", "if=/dev/zero", f"of={mount / 'filler'}", "bs=1k"], capture_output=True, check=False)
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
-
-
 def test_write_whole_on_a_full_file_system_writes_nothing(small_fs: Path) -> None:
     assert write_whole(str(small_fs / "job.log.exit"), "session_name=job\nexit_status=0\n" * 200, 0o644) is False
     assert sorted(p.name for p in small_fs.iterdir()) == ["filler"]
-
-
-@pytest.fixture()
-def small_empty_fs(tmp_path: Path) -> t.Iterator[Path]:
-    """An empty 16 KiB tmpfs (root only), for a job to fill."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)],
-                                           capture_output=True, check=False).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
 
 
 def test_the_exit_status_survives_a_log_file_system_the_job_filled(tmp_path: Path, small_empty_fs: Path) -> None:
