@@ -30,26 +30,23 @@ or ``-rP`` shows it).
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
 import re
 import shlex
-import subprocess
-import tarfile
 import typing as t
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import display_command, spec_from_params
-from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session
 
-from .conftest import REPO, StandinNode
+from .conftest import StandinNode
+from .driver_in_container import drive, install_driver
 from .playbook_results import PlayRun, container_host, run_tasks
 
 pytestmark = pytest.mark.integration
@@ -58,11 +55,6 @@ CT = 500
 HOST = f"ct{CT}"
 CANARY = "/tmp/pwned-h500"
 BASE = "/h"
-DRIVER = Path(__file__).resolve().parent / "files" / "module_utils_driver.py"
-# In the container: the driver, and plugins/module_utils as ansible_collections.trainops.pct_launch.plugins.module_utils.
-DRIVER_DIR = "/opt/trainops-test-driver"
-PACKAGE = "ansible_collections/trainops/pct_launch/plugins/module_utils"
-# ansible-core's setting for results holding non-UTF-8 bytes (surrogate escapes); true by default, and then it refuses them.
 SETTINGS = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "30")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                     phases=[Phase.explicit, Phase.reuse, Phase.generate] + ([] if os.environ.get("HOSTILE_NO_SHRINK") else [Phase.shrink]))
@@ -151,8 +143,8 @@ def report_count(name: str) -> None:
     total, driven = COUNTS.get(name, 0), DRIVEN.get(name, 0)
     print(f"\nhostile-input property {name}: {total} examples, {total - driven} launched with ansible-playbook, "
           f"{driven} with non-UTF-8 bytes through the driver")
-    if total >= 20:  # both ways of launching were exercised (each has a fair share of the examples)
-        assert 0 < driven < total, (name, total, driven)
+    # both ways of launching were exercised: each property has an explicit example of each (@example)
+    assert 0 < driven < total, (name, total, driven)
 
 
 def raw(text: str) -> bytes:
@@ -200,34 +192,6 @@ def as_yaml(data: t.Any) -> str:
     if isinstance(data, (list, tuple)):
         return "[" + ", ".join(as_yaml(value) for value in data) + "]"
     return json.dumps(data)
-
-
-def install_driver(node: StandinNode, vmid: int) -> None:
-    """Copy the collection's plugins/module_utils (as the package PACKAGE) and the driver to DRIVER_DIR in the container."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path in sorted((REPO / "plugins" / "module_utils").glob("*.py")):
-            tar.add(str(path), arcname=f"{PACKAGE}/{path.name}")
-        tar.add(str(DRIVER), arcname=DRIVER.name)
-    node.sh(vmid, 'rm -rf "$1" && mkdir -p "$1" && tar -x -o -C "$1"', DRIVER_DIR, input=buffer.getvalue())
-
-
-def drive(node: StandinNode, vmid: int, args: dict[str, t.Any], pct: str | None = None) -> dict[str, t.Any]:
-    """tmux_session with these options through the driver in the container: the values' bytes exactly, no Ansible.
-
-    The parameters are the module's, defaults filled in as AnsibleModule would; non-UTF-8 bytes travel
-    as surrogate escapes of ASCII JSON, both ways, on standard input and output of one ``pct exec``
-    (of ``pct``, a program given, else the stand-in's).
-    """
-    params = dict({key: spec.get("default") for key, spec in tmux_session.ARGUMENT_SPEC.items()}, **args)
-    data = json.dumps(params, ensure_ascii=True).encode("ascii")
-    argv = ["exec", str(vmid), "--", "python3", f"{DRIVER_DIR}/{DRIVER.name}"]
-    if pct is None:
-        result = node.pct(*argv, input=data, timeout=120)
-    else:
-        result = subprocess.run([pct, *argv], input=data, capture_output=True, env=node.env, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 # One task: its name, the module (in trainops.pct_launch) and its options.
@@ -343,6 +307,8 @@ def test_argv_env_chdir_and_log_path_arrive_byte_exact(ct: Container) -> None:
     @given(items=st.lists(VALUE, max_size=6), env=st.dictionaries(ENV_KEY, VALUE, max_size=5),
            dir_parts=st.lists(DIR_COMPONENT, min_size=1, max_size=2), log_dir=LOG_COMPONENT, log_name=LOG_COMPONENT,
            venv=st.none() | DIR_COMPONENT)
+    @example(items=["plain", "it's"], env={}, dir_parts=["d"], log_dir="l", log_name="plain.log", venv=None)
+    @example(items=["a\udcffb"], env={}, dir_parts=["d\udcfe"], log_dir="l", log_name="n\udcff.log", venv="v")
     def prop(items: list[str], env: dict[str, str], dir_parts: list[str], log_dir: str, log_name: str, venv: str | None) -> None:
         # env is no_log: Ansible masks every occurrence of its values in a task's result (its standard
         # behaviour), so a value that also stands in a path or an argv item would show masked there.
@@ -410,6 +376,8 @@ def test_command_arrives_byte_exact(ct: Container) -> None:
 
     @SETTINGS
     @given(text=VALUE.filter(lambda s: HEREDOC_END not in s.split("\n")), words=st.lists(VALUE, max_size=5))
+    @example(text="plain $(touch /tmp/pwned-h500)", words=["w"])
+    @example(text="a\udcffb", words=["w\udcfe"])
     def prop(text: str, words: list[str]) -> None:
         number = count("command")
         text_out = f"{BASE}/out/{number}.txt"
@@ -471,6 +439,8 @@ def test_wait_patterns_match_hostile_lines(ct: Container) -> None:
 
     @SETTINGS
     @given(case=wait_cases(), log_name=LOG_COMPONENT, name_head=SESSION_HEAD)
+    @example(case=(["loading", "ready"], "^ready$", None), log_name="plain.log", name_head="ex")
+    @example(case=(["loading", "ready"], "^ready$", "^fatal$"), log_name="n\udcff.log", name_head="ex")
     def prop(case: tuple[list[str], str, str | None], log_name: str, name_head: str) -> None:
         lines, pattern, fail = case
         number = count("wait_patterns")

@@ -45,8 +45,8 @@ from pathlib import Path
 import pytest
 
 from .conftest import StandinNode
+from .driver_in_container import drive, install_driver
 from .playbook_results import PlayRun, container_host, exec_calls, run_tasks
-from .test_hostile_input import drive, install_driver
 
 pytestmark = pytest.mark.integration
 
