@@ -2,15 +2,19 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """The job's parent inside its tmux pane, and the exit record it leaves (docs/launch-protocol.md).
 
-``tmux_session`` copies this file, as it is, to ``RUN_DIR/parent.py`` in the target and makes tmux run
-``PYTHON -I RUN_DIR/parent.py RUN_DIR`` in the session's pane. It therefore imports nothing of the
-collection (it runs without it) and works with the target's Python 3.7 or later.
+``tmux_session`` copies this file to ``RUN_DIR/parent.py`` in the target, and the supervisor's files
+(``_job_supervise``, ``_job_end``, ``_job_notify``, ``_job_history`` and this one) to
+``RUN_DIR/lib/ansible_collections/...`` (``_job_stage``), and makes tmux run
+``PYTHON -I RUN_DIR/parent.py RUN_DIR`` in the session's pane: ``main`` puts ``RUN_DIR/lib`` first on
+``sys.path`` and runs the supervisor (docs/job-life.md). These files import only each other and work
+with the target's Python 3.7 or later.
 
-The parent reads ``RUN_DIR/job.json`` (session_name, log_path, argv, chdir, venv, user, started_at)
-and ``RUN_DIR/env`` (the job's env values as JSON, mode 0600, deleted before the job starts), starts
-the job in a new session and process group of its own (``RUN_DIR/pgid``) with standard input
-``/dev/null`` and its output appended to the log, forwards TERM, INT and HUP to that group, and when
-the job ends appends the trailer line to the log and writes the exit record.
+The supervisor reads ``RUN_DIR/job.json`` (session_name, log_path, argv, chdir, venv, user, started_at,
+host, supervise) and ``RUN_DIR/env`` (the job's env values as JSON, mode 0600, deleted before the job
+starts), starts each attempt of the job in a new session and process group of its own
+(``RUN_DIR/pgid``) with standard input ``/dev/null`` and its output appended to the log (``start_job``),
+forwards TERM, INT and HUP to that group, and when the job ends for good appends the trailer line to
+the log and writes the exit record.
 
 The exit record helpers (``exit_record_text``, ``write_exit_record``, ``exit_record_path``,
 ``read_exit_record``) are the collection's only implementation of the record: the launcher and the
@@ -20,6 +24,7 @@ readers import them from here.
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import pwd
@@ -42,9 +47,25 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def exit_record_text(name: str, status: int, started_at: str, ended_at: str, stop_signal: str | None = None) -> str:
-    """The ``key=value`` lines of an exit record."""
+# The keys an exit record may carry after the first four (docs/job-life.md), in the order they are written.
+RECORD_KEYS = ("attempts", "end_state", "cause", "signal", "reason")
+SUPERVISOR = "ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` as one line of at most ``limit`` characters: control characters become spaces."""
+    flat = "".join(" " if ord(char) < 32 or ord(char) == 127 else char for char in text)
+    return " ".join(flat.split())[:limit]
+
+
+def exit_record_text(name: str, status: int, started_at: str, ended_at: str, stop_signal: str | None = None,
+                     end: t.Mapping[str, t.Any] | None = None) -> str:
+    """The ``key=value`` lines of an exit record; ``end`` adds the keys of ``RECORD_KEYS`` it has."""
     lines = [f"session_name={name}", f"exit_status={status}", f"started_at={started_at}", f"ended_at={ended_at}"]
+    for key in RECORD_KEYS:
+        value = (end or {}).get(key)
+        if value is not None and value != "":
+            lines.append(f"{key}={one_line(str(value))}")
     if stop_signal is not None:
         lines += ["stopped_by=trainops", f"stop_signal={stop_signal}"]
     return "\n".join(lines) + "\n"
@@ -123,7 +144,7 @@ def read_exit_record(log_path: str, run_dir: str | None) -> dict[str, str] | Non
     return record
 
 
-def _read_env(run_dir: str) -> dict[str, str]:
+def read_env(run_dir: str) -> dict[str, str]:
     """The job's env values; the file is deleted before the job starts, whatever it holds."""
     path = os.path.join(run_dir, "env")
     try:
@@ -164,7 +185,7 @@ def _become(user: str | None) -> tuple[str, t.Callable[[], None] | None]:
     return entry.pw_dir or "/", switch
 
 
-def _log_line(log: t.BinaryIO, text: str) -> None:
+def log_line(log: t.BinaryIO, text: str) -> None:
     """One protocol line in the log; a full (or failing) file system loses the line, never the exit record."""
     try:
         log.write((text + "\n").encode("utf-8", "surrogateescape"))
@@ -173,28 +194,31 @@ def _log_line(log: t.BinaryIO, text: str) -> None:
         pass
 
 
-def start_job(job: t.Mapping[str, t.Any], run_dir: str, log: t.BinaryIO) -> subprocess.Popen | int:
-    """The started job, or the status of a job that could not start (the reason is in the log)."""
+def start_job(job: t.Mapping[str, t.Any], log: t.BinaryIO, env: t.Mapping[str, str]) -> subprocess.Popen | int:
+    """The started job (``env``: its env values, ``read_env``), or the status of a job that could not start (the reason is in the log)."""
     home, switch = _become(job.get("user"))
     cwd = job.get("chdir") or home
-    environ = job_environment(job, home, _read_env(run_dir))
+    environ = job_environment(job, home, env)
     try:
         return subprocess.Popen(list(job["argv"]), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=cwd, env=environ, start_new_session=True, preexec_fn=switch, close_fds=True)
     except OSError as exc:
         if exc.filename == cwd and not os.path.isdir(cwd):
-            _log_line(log, f"trainops.pct_launch: cannot change to directory {cwd}")
+            log_line(log, f"trainops.pct_launch: cannot change to directory {cwd}")
             return CANNOT_RUN
-        _log_line(log, f"trainops.pct_launch: cannot run {job['argv'][0]}: {exc.strerror or exc}")
+        log_line(log, f"trainops.pct_launch: cannot run {job['argv'][0]}: {exc.strerror or exc}")
         return NOT_FOUND if exc.errno == errno.ENOENT else CANNOT_RUN
     except subprocess.SubprocessError as exc:  # the switch to the job's user failed (in preexec_fn)
-        _log_line(log, f"trainops.pct_launch: cannot run the job as user {job.get('user')}: {exc}")
+        log_line(log, f"trainops.pct_launch: cannot run the job as user {job.get('user')}: {exc}")
         return CANNOT_RUN
 
 
-def forward_signals(children: list[int]) -> None:
-    """From now on TERM, INT and HUP go to the process group of the job in ``children`` (once it is there)."""
+def forward_signals(children: list[int], received: list[int] | None = None) -> None:
+    """From now on TERM, INT and HUP go to the process group of the job in ``children`` (once it is there),
+    and are noted in ``received``."""
     def forward(signum: int, _frame: t.Any) -> None:
+        if received is not None:
+            received.append(signum)
         for pgid in children:
             try:
                 os.killpg(pgid, signum)
@@ -204,41 +228,28 @@ def forward_signals(children: list[int]) -> None:
         signal.signal(signum, forward)
 
 
-def wait_job(proc: subprocess.Popen) -> int:
-    """The job's status as a shell reports it: 128+N when signal N killed it."""
-    status = proc.wait()
+def wait_job(proc: subprocess.Popen, timeout: float | None = None) -> int | None:
+    """The job's status as a shell reports it (128+N when signal N killed it); None if it still runs after ``timeout`` s."""
+    try:
+        status = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
     return 128 - status if status < 0 else status
 
 
-def run(run_dir: str) -> int:
-    """Run the job of ``run_dir`` to its end; the job's exit status."""
+def load_job(run_dir: str) -> dict[str, t.Any]:
+    """``RUN_DIR/job.json``."""
     with open(os.path.join(run_dir, "job.json"), "rb") as handle:
-        job = json.loads(handle.read().decode("utf-8", "surrogateescape"))
-    name, log_path = job["session_name"], job["log_path"]
-    children: list[int] = []
-    forward_signals(children)
-    with open(log_path, "ab", buffering=0) as log:
-        proc = start_job(job, run_dir, log)
-        if isinstance(proc, int):
-            status = proc
-        else:
-            children.append(proc.pid)
-            _write_pgid(run_dir, proc.pid)
-            sys.stdout.write(f"trainops.pct_launch: session {name} runs pid {proc.pid}; output goes to {log_path}\n")
-            sys.stdout.flush()
-            status = wait_job(proc)
-        ended = now()
-        _log_line(log, f"{PROTOCOL}session={name} exit_status={status} ended_at={ended}")
-    write_exit_record(run_dir, log_path, exit_record_text(name, status, job.get("started_at", ""), ended, _stop_signal(run_dir)))
-    _remove(os.path.join(run_dir, "pgid"))
-    return status
+        return dict(json.loads(handle.read().decode("utf-8", "surrogateescape")))
 
 
-def _write_pgid(run_dir: str, pgid: int) -> None:
+def write_pgid(run_dir: str, pgid: int) -> None:
+    """``RUN_DIR/pgid``: the process group of the job's running attempt."""
     write_whole(os.path.join(run_dir, "pgid"), f"{pgid}\n", 0o600)
 
 
-def _stop_signal(run_dir: str) -> str | None:
+def stop_signal_of(run_dir: str) -> str | None:
+    """The signal of a stop by trainops (``RUN_DIR/stop_requested``), or None when nobody asked for one."""
     try:
         with open(os.path.join(run_dir, "stop_requested"), encoding="ascii", errors="replace") as handle:
             return handle.read().strip() or "TERM"
@@ -246,12 +257,19 @@ def _stop_signal(run_dir: str) -> str | None:
         return None
 
 
-def _remove(path: str) -> None:
+def remove(path: str) -> None:
+    """Delete a file if it is there."""
     try:
         os.unlink(path)
     except OSError:
         pass
 
 
+def main(argv: t.Sequence[str]) -> int:
+    """``RUN_DIR/parent.py RUN_DIR``: run the supervisor staged in ``RUN_DIR/lib``; the job's last exit status."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+    return int(importlib.import_module(SUPERVISOR).run(argv[1]))
+
+
 if __name__ == "__main__":
-    raise SystemExit(run(sys.argv[1]))
+    raise SystemExit(main(sys.argv))

@@ -13,12 +13,14 @@ import fcntl
 import json
 import os
 import shlex
+import socket
 import sys
 import time
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log import LogError, chown_to, header, prepare, remove_file
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import now, read_exit_record, write_whole
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import history_path
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stage import stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import stop
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target, preflight
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Before, facts_of, probe, read_text
@@ -71,24 +73,17 @@ def plan(spec: LaunchSpec, before: Before) -> str:
     return "start"
 
 
-def parent_source() -> str:
-    """The text of ``_job_parent.py`` as shipped (from the module's zip, or the file)."""
-    loader = getattr(_job_parent, "__loader__", None)
-    source = loader.get_source(_job_parent.__name__) if loader is not None and hasattr(loader, "get_source") else None
-    if source is None:
-        with open(_job_parent.__file__, encoding="utf-8") as handle:
-            source = handle.read()
-    # Ansible's collection loader (ansible-test units) returns bytes; zipimport (AnsiballZ) and files, text
-    return source.decode("utf-8") if isinstance(source, bytes) else source
-
-
 def _write_files(spec: LaunchSpec, started_at: str) -> None:
     run_dir = spec.run_dir
-    for leftover in ("pgid", "stop_requested", "env", "exit"):
+    for leftover in ("pgid", "stop_requested", "env", "exit", "proven", "state.json"):
         remove_file(os.path.join(run_dir, leftover))
     job = {"session_name": spec.session_name, "log_path": spec.log_path, "argv": job_argv(spec), "chdir": spec.chdir,
-           "venv": spec.venv, "user": spec.user, "started_at": started_at}
-    files = [("parent.py", parent_source()), ("job.json", json.dumps(job, ensure_ascii=False)),
+           "venv": spec.venv, "user": spec.user, "started_at": started_at, "host": socket.gethostname(),
+           "supervise": dict(spec.supervise), "history_path": history_path()}
+    failed = stage(run_dir)
+    if failed is not None:
+        raise JobError("start_failed", f"cannot write {failed}")
+    files = [("job.json", json.dumps(job, ensure_ascii=False)),
              ("spec", json.dumps(spec_summary(spec), sort_keys=True, ensure_ascii=True)), ("log_path", spec.log_path or "")]
     if spec.env:
         files.append(("env", json.dumps(dict(spec.env), ensure_ascii=False)))

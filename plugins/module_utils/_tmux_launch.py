@@ -17,12 +17,12 @@ import secrets
 import shlex
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import SIGNALS, changed_settings, supervise_from_params
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
 RUN_DIR = "/run/trainops"
-SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL")
 ACTIONS = {"started": "start", "stopped": "stop", "restarted": "restart"}
 _SCRIPT_SUFFIX = re.compile(r"\.(py|sh|bash|pl|rb|js|R|jl|lua)$")
 _INTERPRETER = re.compile(r"(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|ksh|perl|ruby|node|Rscript|julia|lua)")
@@ -52,6 +52,8 @@ class LaunchSpec:
     stop_signal: str = "TERM"
     stop_timeout: int = 30
     run_root: str = RUN_DIR
+    # the supervisor's settings (docs/job-life.md), sorted (key, value) pairs: _job_policy.supervise_from_params
+    supervise: tuple[tuple[str, t.Any], ...] = ()
 
     @property
     def action(self) -> str:
@@ -166,12 +168,17 @@ def spec_from_params(params: t.Mapping[str, t.Any]) -> LaunchSpec:
     if starting and (command is None) == (argv is None):
         raise SpecError(f"Missing command or argv: state={state} needs exactly one of them")
     keep, signal, stop_timeout = _numbers(params)
+    try:
+        supervise = supervise_from_params(params) if starting else ()
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
     return LaunchSpec(
         session_name=_session_name(params.get("session_name")), state=state,
         command=command, argv=argv, chdir=_absolute("chdir", params.get("chdir")), env=_env(params.get("env")),
         venv=_absolute("venv", params.get("venv")), user=_user(params.get("user")),
         log_path=_log_path(params.get("log_path"), required=starting),
-        log_mode=params.get("log_mode") or "rotate", log_keep=keep, stop_signal=signal, stop_timeout=stop_timeout)
+        log_mode=params.get("log_mode") or "rotate", log_keep=keep, stop_signal=signal, stop_timeout=stop_timeout,
+        supervise=supervise)
 
 
 def _canonical(data: t.Any) -> bytes:
@@ -182,6 +189,9 @@ def spec_hash(spec: LaunchSpec) -> str:
     """sha256 of the canonical JSON of the job spec, env keys and values included."""
     data = {"command": spec.command, "argv": list(spec.argv) if spec.argv else None, "chdir": spec.chdir,
             "env": dict(spec.env), "venv": spec.venv, "user": spec.user, "log_path": spec.log_path}
+    supervise = changed_settings(spec.supervise)
+    if supervise:  # only when set: the hash of a job without them is what it was before the supervisor had them
+        data["supervise"] = supervise
     return hashlib.sha256(_canonical(data)).hexdigest()
 
 
@@ -194,7 +204,8 @@ def spec_summary(spec: LaunchSpec, salt: str | None = None) -> dict[str, t.Any]:
     salt = salt or secrets.token_hex(8)
     return {"command": spec.command, "argv": list(spec.argv) if spec.argv else None, "chdir": spec.chdir,
             "venv": spec.venv, "user": spec.user, "log_path": spec.log_path, "env_salt": salt,
-            "env": {key: _env_digest(salt, key, value) for key, value in spec.env}}
+            "env": {key: _env_digest(salt, key, value) for key, value in spec.env},
+            "supervise": {key: ("(set)" if key == "notify_url" else value) for key, value in changed_settings(spec.supervise).items()}}
 
 
 def display_command(spec: LaunchSpec) -> str:

@@ -120,6 +120,114 @@ options:
       - Seconds to wait after O(stop_signal) before sending C(SIGKILL).
     type: int
     default: 30
+  restart:
+    description:
+      - When the job's parent (the supervisor in the session, see C(docs/job-life.md)) starts the job again after it ended.
+      - V(never) runs it once. V(on_failure) restarts it after any end but exit status V(0), an OOM kill included.
+        V(always) restarts it after exit status V(0) too.
+      - Never restarted, whatever this says - a stop by this module, the O(time_limit), an exit status in O(no_restart_exit_codes).
+      - "Each attempt is marked in the log (C(### trainops.pct_launch: session=NAME attempt=N ...)), the job sees its number in
+        C(TRAINOPS_ATTEMPT) (V(1), V(2), ...) and C(TRAINOPS_RESTARTS), to resume from a checkpoint, and the exit record counts
+        them (RV(trainops.pct_launch.tmux_session_info#module:sessions[].attempts))."
+    type: str
+    choices: [never, on_failure, always]
+    default: never
+  restart_limit:
+    description:
+      - At most this many restarts (attempts are restarts plus one), V(0) to V(1000).
+    type: int
+    default: 3
+  restart_delay:
+    description:
+      - Seconds before the first restart; each further restart waits O(restart_backoff) times longer, at most O(restart_max_delay).
+    type: float
+    default: 10
+  restart_backoff:
+    description:
+      - Factor of the delay from one restart to the next, V(1) (no backoff) to V(10).
+    type: float
+    default: 2
+  restart_max_delay:
+    description:
+      - Longest delay before a restart, in seconds.
+    type: float
+    default: 300
+  no_restart_exit_codes:
+    description:
+      - Exit statuses that end the job for good, never restarted (for example a job's own "bad configuration" status).
+    type: list
+    elements: int
+    default: []
+  time_limit:
+    description:
+      - Wall-clock limit of the job in seconds, counted from its first start across all attempts; V(0) is none.
+      - O(time_limit_grace) seconds before it, the job's process group gets O(time_limit_signal); at the limit C(SIGKILL).
+        The end is recorded as V(timeout) (never restarted) and notified as V(timeout).
+    type: float
+    default: 0
+  time_limit_signal:
+    description:
+      - Signal sent O(time_limit_grace) seconds before O(time_limit), for the job to save a checkpoint and end.
+    type: str
+    choices: [TERM, INT, HUP, QUIT, USR1, USR2, KILL]
+    default: TERM
+  time_limit_grace:
+    description:
+      - Seconds between O(time_limit_signal) and C(SIGKILL); less than O(time_limit).
+    type: float
+    default: 30
+  stall_timeout:
+    description:
+      - Stall watchdog - when the log gets no new bytes (with O(stall_pattern), no new line matching it) for this many
+        seconds, the job counts as stalled. V(0) turns the watchdog off.
+      - A stall is recorded (RV(trainops.pct_launch.tmux_session_info#module:sessions[].supervisor_state) V(stalled)) and
+        notified as V(stalled) within O(stall_timeout) plus a quarter of a second, then O(stall_action) applies.
+    type: float
+    default: 0
+  stall_pattern:
+    description:
+      - Python regular expression of a progress line (for example V(step \\d+|Epoch)); only lines matching it count as
+        progress for O(stall_timeout). Without it, any output counts.
+    type: str
+  stall_action:
+    description:
+      - What a stall does. V(record) only records and notifies it (a later progress line ends the stall).
+        V(stop) sends C(SIGTERM) to the job's process group (C(SIGKILL) 30 s later); the end is recorded as V(stalled).
+        V(restart) stops it the same way and restarts it (within O(restart_limit), whatever O(restart) says; past it the
+        end is V(stalled)).
+    type: str
+    choices: [record, stop, restart]
+    default: record
+  notify_command:
+    description:
+      - A program and its arguments, run on the target at each state change in O(notify_states), with the event as one
+        JSON object on its standard input and C(TRAINOPS_EVENT), C(TRAINOPS_SESSION_NAME) and C(TRAINOPS_EXIT_STATUS) in its
+        environment. It may run at most 30 s. Its output and failures go to C(RUN_DIR/notify.log); a failing notifier
+        never harms the job.
+      - The event has C(event), C(session_name), C(host), C(attempt), C(time), C(started_at), C(exit_status), C(end_state),
+        C(cause), C(reason), C(log_path) and C(log_tail) (the last O(notify_lines) lines).
+    type: list
+    elements: str
+  notify_url:
+    description:
+      - A webhook - the event (as for O(notify_command)) is sent to it with C(POST), C(Content-Type application/json), from
+        the target, at each state change in O(notify_states); 10 s per try, one retry. An C(http://) or C(https://) URL.
+      - Treated as a secret (webhook URLs hold tokens) - never shown, never written to the log or C(notify.log).
+    type: str
+  notify_states:
+    description:
+      - The state changes notified. V(started) (the first attempt started), V(proven) (M(trainops.pct_launch.wait_for_log)
+        proved the start), V(restarted), V(stalled), V(timeout) (the limit's signal was sent), V(finished) (exit status V(0)),
+        V(failed) (any other end).
+    type: list
+    elements: str
+    choices: [started, proven, restarted, stalled, timeout, finished, failed]
+    default: [started, proven, restarted, stalled, timeout, finished, failed]
+  notify_lines:
+    description:
+      - How many last log lines an event carries, V(0) to V(200).
+    type: int
+    default: 10
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -185,6 +293,21 @@ EXAMPLES = r"""
     state: stopped
     stop_signal: INT
     stop_timeout: 60
+
+- name: Train with restarts from the last checkpoint, a 12 h limit, a stall watchdog and a webhook
+  trainops.pct_launch.tmux_session:
+    session_name: train
+    command: python train.py --resume-from-latest
+    chdir: /workspace
+    log_path: /workspace/train.log
+    restart: on_failure
+    restart_limit: 3
+    time_limit: 43200
+    time_limit_signal: USR1
+    stall_timeout: 900
+    stall_pattern: 'step \d+'
+    stall_action: restart
+    notify_url: "{{ vault_webhook_url }}"
 """
 
 RETURN = r"""
@@ -255,6 +378,7 @@ import dataclasses
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import ARGUMENT_SPEC as SUPERVISE_SPEC
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable, run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
@@ -275,6 +399,7 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
     stop_signal=dict(type="str", choices=["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"], default="TERM"),
     stop_timeout=dict(type="int", default=30),
+    **SUPERVISE_SPEC,
 )
 
 

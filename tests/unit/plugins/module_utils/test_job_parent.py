@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _job_stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import (
     CLEAN_PATH,
     exit_record_path,
@@ -37,7 +37,6 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent im
     write_whole,
 )
 
-PARENT = _job_parent.__file__
 STARTED_AT = "2025-01-01T00:00:00Z"
 HOSTILE = [
     "it's", 'say "hi"', "$(touch pwned)", "`touch pwned`", "new\nline", "trailing\n\n", "*", "?[a]", "-dash",
@@ -95,7 +94,7 @@ def _setup(tmp_path: Path, argv: list[str], env: dict[str, str] | None = None, n
     log = tmp_path / "logs" / f"{name}.log"
     log.parent.mkdir(exist_ok=True)
     spec = {"session_name": name, "log_path": str(log), "argv": argv, "chdir": None, "venv": None, "user": None,
-            "started_at": STARTED_AT}
+            "started_at": STARTED_AT, "history_path": str(tmp_path / "history.jsonl")}
     spec.update(job)
     (run_dir / "job.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
     if env is not None:
@@ -105,7 +104,9 @@ def _setup(tmp_path: Path, argv: list[str], env: dict[str, str] | None = None, n
 
 
 def _parent_argv(run_dir: Path) -> list[str]:
-    return [sys.executable, "-I", PARENT, str(run_dir)]
+    """The pane's command line, after staging the parent and the supervisor into RUN_DIR as tmux_session does."""
+    assert _job_stage.stage(str(run_dir)) is None
+    return [sys.executable, "-I", str(run_dir / "parent.py"), str(run_dir)]
 
 
 def _run(run_dir: Path, environ: dict[str, str] | None = None, timeout: float = 20) -> subprocess.CompletedProcess[bytes]:
@@ -161,7 +162,10 @@ def test_exit_status_goes_to_both_records_and_the_trailer(tmp_path: Path, status
     assert trailer["name"] == "job" and trailer["status"] == str(status)
     primary = Path(str(log) + ".exit").read_bytes()
     assert (run_dir / "exit").read_bytes() == primary
-    assert primary == exit_record_text("job", status, STARTED_AT, trailer["ended"]).encode()
+    end = {"attempts": "1", "end_state": "finished" if status == 0 else "failed", "cause": "exit_status", "reason": f"exit status {status}"}
+    assert primary.decode().splitlines()[:4] == exit_record_text("job", status, STARTED_AT, trailer["ended"]).splitlines()
+    assert {key: value for key, value in _record(Path(str(log) + ".exit")).items() if key in ("attempts", "end_state", "cause")} == \
+        {key: end[key] for key in ("attempts", "end_state", "cause")}
     assert primary.startswith(f"session_name=job\nexit_status={status}\nstarted_at={STARTED_AT}\nended_at=".encode())
     assert b"stopped_by" not in primary
     assert (run_dir / "exit").stat().st_mode & 0o777 == 0o600
@@ -208,7 +212,7 @@ def test_a_requested_stop_is_named_in_the_exit_record(tmp_path: Path, requested:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 143
     primary = Path(str(log) + ".exit").read_bytes()
-    assert primary.endswith(f"Z\nstopped_by=trainops\nstop_signal={recorded}\n".encode())
+    assert primary.endswith(f"\nstopped_by=trainops\nstop_signal={recorded}\n".encode())
     assert (run_dir / "exit").read_bytes() == primary
     record = _record(Path(str(log) + ".exit"))
     assert record["exit_status"] == "143" and record["stopped_by"] == "trainops" and record["stop_signal"] == recorded
@@ -248,7 +252,10 @@ def test_the_environment_is_clean(tmp_path: Path) -> None:
     dump = json.loads(out.read_text(encoding="utf-8"))
     home = pwd.getpwuid(os.getuid()).pw_dir
     environ = _decode_env(dump)
-    assert set(environ) == {b"PATH", b"HOME", b"USER", b"LOGNAME", b"LANG", b"MY_VAR"}, "nothing of the parent's environment"
+    supervisor = {b"TRAINOPS_ATTEMPT", b"TRAINOPS_RESTARTS", b"TRAINOPS_SESSION_NAME", b"TORCHELASTIC_ERROR_FILE"}
+    assert set(environ) == {b"PATH", b"HOME", b"USER", b"LOGNAME", b"LANG", b"MY_VAR"} | supervisor, "nothing of the parent's environment"
+    assert (environ[b"TRAINOPS_ATTEMPT"], environ[b"TRAINOPS_SESSION_NAME"]) == (b"1", b"job")
+    assert environ[b"TORCHELASTIC_ERROR_FILE"] == str(run_dir / "attempt-1-error.json").encode()
     assert (environ[b"PATH"], environ[b"HOME"]) == (CLEAN_PATH.encode(), home.encode())
     assert (environ[b"LANG"], environ[b"MY_VAR"]) == (b"de_DE.UTF-8", b"mine"), "env overrides the defaults"
     if os.geteuid() == 0:
@@ -269,7 +276,7 @@ def test_a_venv_comes_first_on_path(tmp_path: Path) -> None:
     assert environ[b"VIRTUAL_ENV"] == os.fsencode(str(venv))
     assert environ[b"PATH"] == os.fsencode(str(venv / "bin")) + b":" + CLEAN_PATH.encode()
     assert b"PYTHONHOME" not in environ
-    assert set(environ) == {b"PATH", b"HOME", b"USER", b"LOGNAME", b"LANG", b"VIRTUAL_ENV"}
+    assert set(environ) - {b"TRAINOPS_ATTEMPT", b"TRAINOPS_RESTARTS", b"TRAINOPS_SESSION_NAME", b"TORCHELASTIC_ERROR_FILE"} == {b"PATH", b"HOME", b"USER", b"LOGNAME", b"LANG", b"VIRTUAL_ENV"}
     assert bytes.fromhex(dump["cwd"]) == os.fsencode(str(workdir))
 
 
@@ -358,7 +365,11 @@ def _run_as_nobody(run_dir: Path, log: Path) -> subprocess.CompletedProcess[byte
     entry = pwd.getpwnam("nobody")
     for path in (run_dir, log.parent):
         os.chown(path, entry.pw_uid, entry.pw_gid)
-    return subprocess.run([str(SYSTEM_PYTHON), "-I", PARENT, str(run_dir)], stdin=subprocess.DEVNULL, capture_output=True,
+    argv = _parent_argv(run_dir)
+    for folder, _dirs, files in os.walk(run_dir):  # the staged program is nobody's, as for a launch without become
+        for path in [folder] + [os.path.join(folder, name) for name in files]:
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+    return subprocess.run([str(SYSTEM_PYTHON), *argv[1:]], stdin=subprocess.DEVNULL, capture_output=True,
                           timeout=20, check=False, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[])
 
 
@@ -499,4 +510,4 @@ class _FullFile(io.RawIOBase):
 
 def test_a_protocol_line_on_a_full_file_system_is_lost_quietly() -> None:
     """The trailer's write fails on a full log: the parent goes on to write the exit record (it must not die there)."""
-    _job_parent._log_line(t.cast(t.BinaryIO, _FullFile()), "### trainops.pct_launch: session=s exit_status=3")  # pylint: disable=protected-access
+    _job_parent.log_line(t.cast(t.BinaryIO, _FullFile()), "### trainops.pct_launch: session=s exit_status=3")  # pylint: disable=protected-access

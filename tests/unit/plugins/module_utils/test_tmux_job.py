@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _tmux_cli
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _job_stage, _tmux_cli
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch, parent_source
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec, spec_from_params, spec_hash
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import result
 
@@ -108,7 +108,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[Host]:
 
 @pytest.fixture()
 def host(server: Host) -> Host:
-    """``server``; the parent copied into the run dir is the one ``parent_source`` reads (as AnsiballZ gives it)."""
+    """``server``; the parent copied into the run dir is the one ``_job_stage.source_of`` reads (as AnsiballZ gives it)."""
     return server
 
 
@@ -407,19 +407,20 @@ def test_a_job_that_ended_in_a_dead_pane_is_finished(host: Host) -> None:
     assert (facts["state"], facts.get("exit_status")) == ("finished", "3"), facts
 
 
-def test_parent_source_is_the_text_of_the_parent() -> None:
-    # Regression (found by these tests, fixed): parent_source() returns bytes when _job_parent was imported through Ansible's collection loader
-    # (ansible-test units, tests/conftest.py): _AnsibleCollectionLoader.get_source() gives the file's bytes, and
+def test_source_of_is_the_text_of_each_staged_module() -> None:
+    # Regression (found by these tests, fixed): parent_source() (now _job_stage.source_of) returned bytes when _job_parent was imported through
+    # Ansible's collection loader (ansible-test units, tests/conftest.py): _AnsibleCollectionLoader.get_source() gives the file's bytes, and
     # write_whole() then fails with AttributeError: 'bytes' object has no attribute 'encode' (zipimport, as in
     # AnsiballZ, and SourceFileLoader give str).
-    source = parent_source()
-    assert isinstance(source, str), type(source)
-    assert source == PARENT_TEXT
+    for module in _job_stage.PROGRAM:
+        source = _job_stage.source_of(module)
+        assert isinstance(source, str), type(source)
+        assert source == Path(str(module.__file__)).read_text(encoding="utf-8")
 
 
 @needs_tmux
 def test_launch_starts_a_job_with_the_parent_as_loaded(server: Host) -> None:
-    # Regression (found by these tests, fixed): the same as test_parent_source_is_the_text_of_the_parent, seen by launch(): without the text of
+    # Regression (found by these tests, fixed): the same as test_source_of_is_the_text_of_each_staged_module, seen by launch(): without the text of
     # the parent every start fails, here with AttributeError from write_whole (parent_source() gave bytes).
     spec = server.spec(command="sleep 30")
     facts = launch(spec)

@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""The supervision options of ``tmux_session``: their argument spec and their checks (docs/job-life.md).
+
+``ARGUMENT_SPEC`` is merged into the module's; ``supervise_from_params`` checks the values and returns
+the ``supervise`` settings the supervisor reads from job.json, as sorted (key, value) pairs (hashable,
+for ``LaunchSpec``). It raises ``ValueError`` naming the option; ``_tmux_launch`` turns it into ``SpecError``.
+"""
+
+from __future__ import annotations
+
+import re
+import typing as t
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_notify import STATES, validate
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise import DEFAULTS
+
+SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL")
+DAY = 86400
+ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
+    "restart": {"type": "str", "choices": ["never", "on_failure", "always"], "default": "never"},
+    "restart_limit": {"type": "int", "default": 3},
+    "restart_delay": {"type": "float", "default": 10.0},
+    "restart_backoff": {"type": "float", "default": 2.0},
+    "restart_max_delay": {"type": "float", "default": 300.0},
+    "no_restart_exit_codes": {"type": "list", "elements": "int", "default": []},
+    "time_limit": {"type": "float", "default": 0},
+    "time_limit_signal": {"type": "str", "choices": list(SIGNALS), "default": "TERM"},
+    "time_limit_grace": {"type": "float", "default": 30},
+    "stall_timeout": {"type": "float", "default": 0},
+    "stall_pattern": {"type": "str"},
+    "stall_action": {"type": "str", "choices": ["record", "stop", "restart"], "default": "record"},
+    "notify_command": {"type": "list", "elements": "str"},
+    "notify_url": {"type": "str", "no_log": True},
+    "notify_states": {"type": "list", "elements": "str", "choices": list(STATES), "default": list(STATES)},
+    "notify_lines": {"type": "int", "default": 10},
+}
+# option: (lowest, highest, what it counts)
+_RANGES = {
+    "restart_limit": (0, 1000, "restarts"), "restart_delay": (0, DAY, "seconds"), "restart_backoff": (1, 10, "as a factor"),
+    "restart_max_delay": (0, DAY, "seconds"), "time_limit": (0, 366 * DAY, "seconds (0: no limit)"),
+    "time_limit_grace": (0, DAY, "seconds"), "stall_timeout": (0, 366 * DAY, "seconds (0: no watchdog)"),
+    "notify_lines": (0, 200, "lines"),
+}
+
+
+def _value(params: t.Mapping[str, t.Any], key: str) -> t.Any:
+    value = params.get(key)
+    return DEFAULTS[key] if value is None else value
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _range_errors(settings: t.Mapping[str, t.Any]) -> list[str]:
+    errors = []
+    for key, (low, high, unit) in _RANGES.items():
+        if not low <= settings[key] <= high:
+            errors.append(f"Invalid {key} {_num(settings[key])}: use {_num(low)} to {_num(high)} {unit}")
+    for code in settings["no_restart_exit_codes"]:
+        if not 0 <= code <= 255:
+            errors.append(f"Invalid no_restart_exit_codes {code}: exit statuses are 0 to 255")
+    if settings["time_limit"] and settings["time_limit_grace"] >= settings["time_limit"]:
+        errors.append(f"Invalid time_limit_grace {_num(settings['time_limit_grace'])}: the signal is sent that many seconds before "
+                      f"the time_limit {_num(settings['time_limit'])}, so it must be less than time_limit")
+    return errors
+
+
+def supervise_from_params(params: t.Mapping[str, t.Any]) -> tuple[tuple[str, t.Any], ...]:
+    """The checked settings; raises ValueError with every problem, each naming its option."""
+    settings = {key: _value(params, key) for key in DEFAULTS}
+    errors = _range_errors(settings)
+    if settings["stall_pattern"] is not None:
+        try:
+            re.compile(settings["stall_pattern"])
+        except re.error as exc:
+            errors.append(f"Invalid stall_pattern {settings['stall_pattern']!r}: it is not a valid Python regular expression ({exc})")
+    errors += validate(settings)
+    if errors:
+        raise ValueError("; ".join(errors))
+    return tuple(sorted((key, tuple(value) if isinstance(value, list) else value) for key, value in settings.items()))
+
+
+def changed_settings(supervise: t.Iterable[tuple[str, t.Any]]) -> dict[str, t.Any]:
+    """The settings that differ from the defaults (what the spec hash and summary include)."""
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in supervise
+            if (list(value) if isinstance(value, tuple) else value) != DEFAULTS[key]}

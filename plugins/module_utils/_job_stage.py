@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""The supervisor's files, staged in ``RUN_DIR`` of the target at each start (docs/job-life.md).
+
+``RUN_DIR/parent.py`` is ``_job_parent.py``; the supervisor it runs and the files that one imports
+go to ``RUN_DIR/lib/ansible_collections/trainops/pct_launch/plugins/module_utils/`` with empty
+``__init__.py`` files (a regular package, so that another ``ansible_collections`` installed in the
+target cannot shadow it), and are imported from there by their usual names. The sources come from the
+module's own zip (AnsiballZ) or files, so the job runs the code of the collection that launched it.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import typing as t
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_notify, _job_parent, _job_supervise
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import write_whole
+
+PROGRAM: tuple[types.ModuleType, ...] = (_job_parent, _job_supervise, _job_end, _job_notify, _job_history)
+PACKAGE = ("ansible_collections", "trainops", "pct_launch", "plugins", "module_utils")
+
+
+def source_of(module: types.ModuleType) -> str:
+    """The text of a module as shipped (from the module's zip, or the file)."""
+    loader = getattr(module, "__loader__", None)
+    source = loader.get_source(module.__name__) if loader is not None and hasattr(loader, "get_source") else None
+    if source is None:
+        with open(str(module.__file__), encoding="utf-8") as handle:
+            source = handle.read()
+    # Ansible's collection loader (ansible-test units) returns bytes; zipimport (AnsiballZ) and files, text
+    return source.decode("utf-8") if isinstance(source, bytes) else source
+
+
+def program_files(run_dir: str) -> t.Iterator[tuple[str, str]]:
+    """(path, text) of every file of the staged program."""
+    yield os.path.join(run_dir, "parent.py"), source_of(_job_parent)
+    folder = run_dir
+    for part in ("lib",) + PACKAGE:
+        folder = os.path.join(folder, part)
+        if part != "lib":
+            yield os.path.join(folder, "__init__.py"), ""
+    for module in PROGRAM:
+        yield os.path.join(folder, module.__name__.rpartition(".")[2] + ".py"), source_of(module)
+
+
+def stage(run_dir: str) -> str | None:
+    """Write the program into ``run_dir`` (mode 0600, folders 0700); the first file that could not be written, or None."""
+    for path, text in program_files(run_dir):
+        folder = os.path.dirname(path)
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError:
+            return path
+        if not write_whole(path, text, 0o600):
+            return path
+    return None

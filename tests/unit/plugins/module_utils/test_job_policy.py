@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""The supervision options of tmux_session (``_job_policy``): defaults, checks naming the option, the spec hash."""
+
+from __future__ import annotations
+
+import json
+import typing as t
+
+import pytest
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_launch as L
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import ARGUMENT_SPEC, changed_settings, supervise_from_params
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise import DEFAULTS
+
+BASE = {"session_name": "train", "command": "python train.py", "log_path": "/workspace/train.log"}
+
+
+def _defaults() -> dict[str, t.Any]:
+    """The module's parameters as AnsibleModule gives them when no supervision option is set."""
+    return {key: option.get("default") for key, option in ARGUMENT_SPEC.items()}
+
+
+def test_the_argument_spec_has_every_setting_and_the_same_defaults() -> None:
+    assert set(ARGUMENT_SPEC) == set(DEFAULTS)
+    for key, option in ARGUMENT_SPEC.items():
+        assert option.get("default") == DEFAULTS[key], key
+
+
+def test_defaults_change_nothing_and_keep_the_hash_of_before() -> None:
+    plain = L.spec_from_params(BASE)
+    with_defaults = L.spec_from_params(dict(BASE, **_defaults()))
+    assert changed_settings(with_defaults.supervise) == {}
+    assert L.spec_hash(plain) == L.spec_hash(with_defaults)
+    assert dict(with_defaults.supervise) == {key: tuple(v) if isinstance(v, list) else v for key, v in DEFAULTS.items()}
+
+
+def test_a_setting_changes_the_hash_and_the_summary_hides_the_url() -> None:
+    url = "https://hooks.example.invalid/services/T000/B000/secret-token"
+    spec = L.spec_from_params(dict(BASE, restart="on_failure", notify_url=url))
+    assert L.spec_hash(spec) != L.spec_hash(L.spec_from_params(BASE))
+    summary = json.dumps(L.spec_summary(spec))
+    assert "secret-token" not in summary and '"notify_url": "(set)"' in summary and '"restart": "on_failure"' in summary
+
+
+@pytest.mark.parametrize(("params", "words"), [
+    ({"restart_limit": -1}, "Invalid restart_limit -1: use 0 to 1000 restarts"),
+    ({"restart_backoff": 0.5}, "Invalid restart_backoff 0.5"),
+    ({"restart_delay": -2}, "Invalid restart_delay -2"),
+    ({"no_restart_exit_codes": [3, 300]}, "Invalid no_restart_exit_codes 300"),
+    ({"time_limit": 10, "time_limit_grace": 30}, "Invalid time_limit_grace 30"),
+    ({"stall_timeout": -1}, "Invalid stall_timeout -1"),
+    ({"stall_pattern": "step ("}, "Invalid stall_pattern 'step ('"),
+    ({"notify_lines": 500}, "Invalid notify_lines 500"),
+])
+def test_bad_settings_are_refused_naming_the_option(params: dict[str, t.Any], words: str) -> None:
+    with pytest.raises(L.SpecError, match="^" + words.replace("(", r"\(").replace(".", r"\.")):
+        L.spec_from_params(dict(BASE, **params))
+
+
+def test_every_problem_is_named_at_once() -> None:
+    with pytest.raises(ValueError) as error:
+        supervise_from_params(dict(_defaults(), restart_limit=-1, stall_timeout=-1))
+    assert "restart_limit" in str(error.value) and "stall_timeout" in str(error.value)
+
+
+def test_a_stop_needs_no_settings() -> None:
+    spec = L.spec_from_params({"session_name": "train", "state": "stopped", "restart_limit": -1})
+    assert spec.supervise == ()

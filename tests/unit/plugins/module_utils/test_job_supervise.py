@@ -1,0 +1,235 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""The supervisor (``_job_supervise``) as the pane runs it: staged by ``_job_stage`` into a run dir, run as
+``python -I RUN_DIR/parent.py RUN_DIR``, real jobs (sh), no tmux. Notifications go to a command that
+appends each event to a file, the history to a file in the test's folder."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_stage
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise import DEFAULTS, restart_delay, wants_restart
+
+STARTED_AT = "2026-01-01T00:00:00Z"
+
+
+class Job:
+    """A staged run dir with a job; its log, exit record, events, state and history."""
+
+    def __init__(self, tmp_path: Path, command: str, env: dict[str, str] | None = None, **supervise: t.Any) -> None:
+        self.run_dir = tmp_path / "run" / "job"
+        self.run_dir.mkdir(parents=True)
+        assert _job_stage.stage(str(self.run_dir)) is None
+        self.log = tmp_path / "job.log"
+        self.events_file = tmp_path / "events.jsonl"
+        self.history = tmp_path / "history.jsonl"
+        recorder = tmp_path / "notify.sh"
+        recorder.write_text(f'#!/bin/sh\ncat >> "{self.events_file}"\n', encoding="utf-8")
+        recorder.chmod(0o755)
+        supervise.setdefault("notify_command", [str(recorder)])
+        job = {"session_name": "job", "log_path": str(self.log), "argv": ["sh", "-c", command], "chdir": str(tmp_path),
+               "venv": None, "user": None, "started_at": STARTED_AT, "host": "testhost", "supervise": supervise,
+               "history_path": str(self.history)}
+        (self.run_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
+        if env is not None:
+            (self.run_dir / "env").write_text(json.dumps(env), encoding="utf-8")
+
+    @property
+    def argv(self) -> list[str]:
+        return [sys.executable, "-I", str(self.run_dir / "parent.py"), str(self.run_dir)]
+
+    def run(self, timeout: float = 60) -> int:
+        return subprocess.run(self.argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False).returncode
+
+    @contextlib.contextmanager
+    def start(self) -> t.Iterator[subprocess.Popen[bytes]]:
+        proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(OSError, ValueError):
+                    os.killpg(int((self.run_dir / "pgid").read_text(encoding="ascii")), signal.SIGKILL)
+                proc.kill()
+            proc.wait()
+
+    def record(self) -> dict[str, str]:
+        return dict(line.split("=", 1) for line in Path(f"{self.log}.exit").read_text(encoding="utf-8").splitlines())
+
+    def events(self) -> list[dict[str, t.Any]]:
+        """The events the notifier delivered (it may still be delivering the last one for a moment)."""
+        deadline = time.monotonic() + 5
+        while True:
+            text = self.events_file.read_text(encoding="utf-8") if self.events_file.exists() else ""
+            events = [json.loads(line) for line in text.splitlines() if line.strip()]
+            if any(e["event"] in ("finished", "failed") for e in events) or time.monotonic() > deadline:
+                return events
+            time.sleep(0.05)
+
+    def state(self) -> dict[str, t.Any]:
+        return json.loads((self.run_dir / "state.json").read_text(encoding="utf-8"))
+
+    def history_lines(self) -> list[dict[str, t.Any]]:
+        return [json.loads(line) for line in self.history.read_text(encoding="utf-8").splitlines()]
+
+    def log_lines(self) -> list[str]:
+        return self.log.read_text(encoding="utf-8").splitlines()
+
+
+def _wait_for(predicate: t.Callable[[], bool], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+FAIL_TWICE = 'echo "attempt $TRAINOPS_ATTEMPT restarts $TRAINOPS_RESTARTS"; [ "$TRAINOPS_ATTEMPT" -ge 3 ] && exit 0; exit 3'
+
+
+def test_a_job_failing_twice_is_restarted_twice_and_recorded_with_three_attempts(tmp_path: Path) -> None:
+    job = Job(tmp_path, FAIL_TWICE, restart="on_failure", restart_delay=0.1)
+    assert job.run() == 0
+    record = job.record()
+    assert (record["exit_status"], record["attempts"], record["end_state"]) == ("0", "3", "finished")
+    lines = job.log_lines()
+    assert [line for line in lines if line.startswith("attempt")] == ["attempt 1 restarts 0", "attempt 2 restarts 1", "attempt 3 restarts 2"]
+    assert sum("attempt=2 started_at=" in line for line in lines) == 1 and sum("attempt=3 started_at=" in line for line in lines) == 1
+    assert [e["event"] for e in job.events()] == ["started", "restarted", "restarted", "finished"]
+    assert job.state()["state"] == "ended" and job.state()["attempt"] == 3
+
+
+def test_without_a_restart_policy_a_failure_ends_the_job(tmp_path: Path) -> None:
+    job = Job(tmp_path, FAIL_TWICE)
+    assert job.run() == 3
+    assert (job.record()["attempts"], job.record()["end_state"]) == ("1", "failed")
+    assert [e["event"] for e in job.events()] == ["started", "failed"]
+    failed = job.events()[-1]
+    assert failed["exit_status"] == 3 and failed["session_name"] == "job" and failed["host"] == "testhost"
+    assert failed["log_tail"] == ["attempt 1 restarts 0"]  # the collection's own lines are not in it
+
+
+@pytest.mark.parametrize(("policy", "command", "attempts", "status"), [
+    ({"restart": "on_failure", "restart_limit": 2}, "exit 3", "3", 3),
+    ({"restart": "on_failure", "no_restart_exit_codes": [3]}, "exit 3", "1", 3),
+    ({"restart": "on_failure"}, "exit 0", "1", 0),
+    ({"restart": "always", "restart_limit": 2}, "exit 0", "3", 0),
+    ({"restart": "on_failure", "restart_limit": 0}, "exit 3", "1", 3),
+])
+def test_restart_policy_limit_and_codes(tmp_path: Path, policy: dict[str, t.Any], command: str, attempts: str, status: int) -> None:
+    job = Job(tmp_path, command, restart_delay=0.05, **policy)
+    assert job.run() == status
+    assert job.record()["attempts"] == attempts
+
+
+def test_restart_delay_backs_off_up_to_its_maximum() -> None:
+    policy = dict(DEFAULTS, restart_delay=10.0, restart_backoff=2.0, restart_max_delay=35.0)
+    assert [restart_delay(policy, k) for k in (1, 2, 3, 4)] == [10.0, 20.0, 35.0, 35.0]
+
+
+@pytest.mark.parametrize(("ended", "status", "expected"), [
+    ({"stopped": True}, 1, False), ({"signalled": True}, 1, False), ({"timed_out": True}, 1, False),
+    ({"stall_restart": True}, 143, True), ({"stalled": True}, 143, False), ({}, 1, True), ({}, 0, False),
+])
+def test_what_is_restarted_under_on_failure(ended: dict[str, bool], status: int, expected: bool) -> None:
+    assert wants_restart(dict(DEFAULTS, restart="on_failure"), status, ended, 0) is expected
+
+
+def test_the_env_values_reach_every_attempt_and_their_file_is_gone_before_the_first(tmp_path: Path) -> None:
+    job = Job(tmp_path, 'echo "v=$SECRET_V attempt=$TRAINOPS_ATTEMPT file=$(ls "$RUN" 2>/dev/null | grep -c "^env$")"; exit 1',
+              env={"SECRET_V": "it's $x", "RUN": ""}, restart="on_failure", restart_limit=1, restart_delay=0.05)
+    (job.run_dir / "env").write_text(json.dumps({"SECRET_V": "it's $x", "RUN": str(job.run_dir)}), encoding="utf-8")
+    assert job.run() == 1
+    assert [line for line in job.log_lines() if line.startswith("v=")] == ["v=it's $x attempt=1 file=0", "v=it's $x attempt=2 file=0"]
+
+
+def test_the_time_limit_signals_then_kills_and_is_never_restarted(tmp_path: Path) -> None:
+    job = Job(tmp_path, "trap 'echo got TERM' TERM; while :; do sleep 0.1; done", restart="always",
+              time_limit=2, time_limit_grace=1)
+    assert job.run() == 137
+    record = job.record()
+    assert (record["end_state"], record["cause"], record["attempts"], record["signal"]) == ("timeout", "time_limit", "1", "KILL")
+    assert "time limit of 2 s" in record["reason"]
+    assert "got TERM" in job.log_lines()
+    assert [e["event"] for e in job.events()] == ["started", "timeout", "failed"]
+
+
+def test_a_job_that_goes_silent_is_stopped_as_stalled(tmp_path: Path) -> None:
+    job = Job(tmp_path, "echo step 1; sleep 100", stall_timeout=1.0, stall_action="stop")
+    started = time.monotonic()
+    assert job.run() == 143
+    assert time.monotonic() - started < 30  # stopped by the watchdog, not by the end of sleep 100
+    record = job.record()
+    assert (record["end_state"], record["cause"]) == ("stalled", "stall")
+    assert [e["event"] for e in job.events()] == ["started", "stalled", "failed"]
+
+
+def test_a_stall_recorded_only_ends_with_the_next_progress_line(tmp_path: Path) -> None:
+    job = Job(tmp_path, "echo noise; sleep 1.5; echo step 2; sleep 0.5; exit 0", stall_timeout=0.8, stall_pattern=r"^step \d")
+    with job.start() as proc:
+        _wait_for(lambda: (job.run_dir / "state.json").exists() and job.state()["state"] == "stalled")
+        _wait_for(lambda: job.state()["state"] in ("running", "ended"))
+        proc.wait(timeout=30)
+    assert job.record()["end_state"] == "finished"
+    assert [e["event"] for e in job.events()] == ["started", "stalled", "finished"]
+    assert job.state()["last_progress_at"] is not None
+
+
+def test_a_stall_restart_counts_against_the_restart_limit(tmp_path: Path) -> None:
+    job = Job(tmp_path, "while :; do echo noise; sleep 0.1; done", stall_timeout=0.8, stall_pattern="step",
+              stall_action="restart", restart_limit=1, restart_delay=0.05)
+    assert job.run() == 143
+    assert (job.record()["attempts"], job.record()["end_state"]) == ("2", "stalled")
+    assert [e["event"] for e in job.events()] == ["started", "stalled", "restarted", "stalled", "failed"]
+
+
+def test_a_stop_during_the_restart_delay_ends_the_job_at_once(tmp_path: Path) -> None:
+    job = Job(tmp_path, "exit 4", restart="on_failure", restart_delay=60)
+    with job.start() as proc:
+        _wait_for(lambda: (job.run_dir / "state.json").exists() and job.state()["state"] == "restarting")
+        assert job.state()["next_restart_at"] is not None
+        (job.run_dir / "stop_requested").write_text("TERM\n", encoding="ascii")
+        assert proc.wait(timeout=5) == 4
+    record = job.record()
+    assert (record["end_state"], record["stopped_by"], record["attempts"]) == ("stopped", "trainops", "1")
+
+
+def test_a_hangup_of_the_pane_is_not_restarted(tmp_path: Path) -> None:
+    job = Job(tmp_path, "sleep 100", restart="always", restart_delay=0.05)
+    with job.start() as proc:
+        _wait_for(lambda: (job.run_dir / "pgid").exists())
+        proc.send_signal(signal.SIGHUP)  # what tmux kill-session does to the pane's process
+        assert proc.wait(timeout=10) == 129
+    assert job.record()["attempts"] == "1"
+
+
+def test_state_json_follows_a_running_attempt_and_the_proof_is_notified(tmp_path: Path) -> None:
+    job = Job(tmp_path, "echo one; sleep 0.5; echo two; sleep 30")
+    with job.start():
+        _wait_for(lambda: (job.run_dir / "state.json").exists() and job.state()["last_output_at"] is not None)
+        state = job.state()
+        assert (state["state"], state["attempt"]) == ("running", 1)
+        assert state["pid"] == int((job.run_dir / "pgid").read_text(encoding="ascii"))
+        (job.run_dir / "proven").write_text("2026-01-01T00:00:01Z\n", encoding="ascii")
+        _wait_for(lambda: job.events_file.exists() and '"proven"' in job.events_file.read_text(encoding="utf-8"))
+    events = [json.loads(line)["event"] for line in job.events_file.read_text(encoding="utf-8").splitlines()]
+    assert events.count("proven") == 1 and events[0] == "started"
+
+
+def test_history_gets_the_start_and_the_end(tmp_path: Path) -> None:
+    job = Job(tmp_path, "exit 5", restart="on_failure", restart_limit=1, restart_delay=0.05)
+    assert job.run() == 5
+    start, end = job.history_lines()
+    assert start["event"] == "start" and end["event"] == "end"
+    assert start["started_at"] == end["started_at"] == STARTED_AT and end["session_name"] == "job"
+    assert (end["end_state"], end["exit_status"], end["attempts"]) == ("failed", 5, 2)
