@@ -205,10 +205,8 @@ class Supervisor:
             "log_tail": self.log_tail()})
 
     def log_tail(self) -> list[str]:
-        """The log's last ``notify_lines`` lines, without the collection's own lines."""
-        count = int(self.policy["notify_lines"])
-        lines = [line for line in _job_end.last_lines(self.log_path, count + 20) if not line.startswith(parent.PROTOCOL)]
-        return lines[-count:] if count else []
+        """The log's last ``notify_lines`` lines of output."""
+        return _job_end.last_lines(self.log_path, int(self.policy["notify_lines"]))
 
     def attempt(self, env: t.Mapping[str, str]) -> tuple[int, dict[str, bool], int]:
         """Start the next attempt and watch it: (status, how it ended, OOM kills during it)."""

@@ -21,7 +21,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log impor
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import now, read_exit_record, write_whole
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import history_path
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stage import stage
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import stop
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import group_alive, stop
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target, preflight
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Before, facts_of, probe, read_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import (
@@ -114,11 +114,25 @@ def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
     deadline = time.monotonic() + START_WAIT
     while not os.path.exists(pgid_file) and read_exit_record(log, spec.run_dir) is None and time.monotonic() < deadline:
         time.sleep(TICK)
-    facts = {"state": "running", "job_pgid": (read_text(pgid_file) or "").strip()}
+    pgid = (read_text(pgid_file) or "").strip()
+    # a job already over (its group gone): its supervisor writes the record in a moment, unless it restarts the job
+    while pgid.isdigit() and not group_alive(int(pgid)) and read_exit_record(log, spec.run_dir) is None \
+            and not _restarting(spec.run_dir, pgid_file, pgid) and time.monotonic() < deadline:
+        time.sleep(TICK / 10)
+    facts = {"state": "running", "job_pgid": pgid}
     record = read_exit_record(log, spec.run_dir)
     if record is not None and target.tmux.display(spec.session_name, "#{pane_dead}") in (None, "1"):
         facts.update(state="finished", exit_status=record.get("exit_status", ""))
     return facts
+
+
+def _restarting(run_dir: str, pgid_file: str, pgid: str) -> bool:
+    """Whether the supervisor waits to restart the job, or restarted it (another group)."""
+    try:
+        state = json.loads(read_text(os.path.join(run_dir, "state.json")) or "{}")
+    except ValueError:
+        state = {}
+    return (isinstance(state, dict) and state.get("state") == "restarting") or (read_text(pgid_file) or "").strip() != pgid
 
 
 def start(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:

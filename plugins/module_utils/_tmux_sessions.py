@@ -4,15 +4,21 @@
 
 It only reads: tmux, the run folders of the launches, each log and its exit record. It gathers the
 facts of each session, decides its state with ``_tmux_cli.session_state`` (the one decision every
-report uses) and turns them into one element of the module's ``sessions`` (``session_entry``).
+report uses) and turns them into one element of the module's ``sessions`` (``session_entry``): while the
+job runs, its supervisor's live state (``RUN_DIR/state.json``), once it ended, its exit record
+(docs/job-life.md). ``launch_history`` reads the target's history of launches (``_job_history``).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
+import time
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import as_int, as_text, history_path
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import read as read_history
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import exit_record_path, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import tail
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import show
@@ -21,6 +27,10 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch i
 
 MAX_LINE_BYTES = 4000
 MAX_LINES = 10000
+MAX_HISTORY = 1000
+STATE_FILE = "state.json"
+# The keys of the end, from state.json while the job runs, from the exit record once it ended.
+_END_KEYS = ("end_state", "cause", "reason", "signal")
 
 _SEP = "\037"
 _FIELDS = ("session_name", "pane_pid", "pane_dead", "pane_dead_status", "session_created")
@@ -29,11 +39,27 @@ _OPTIONS = ["#{?@trainops_log,1,0}", "#{@trainops_started_at}", "#{@trainops_com
 _FORMAT = _SEP.join([f"#{{{name}}}" for name in _FIELDS] + _OPTIONS)
 
 
+def live_state(run_dir: str | None, log_path: str) -> dict[str, t.Any] | None:
+    """The supervisor's ``RUN_DIR/state.json`` when that run dir belongs to the launch that writes ``log_path``;
+    None when it is missing, partial, not a JSON object or of another launch."""
+    if not run_dir or not log_path or read_text(os.path.join(run_dir, "log_path")) != log_path:
+        return None
+    text = read_text(os.path.join(run_dir, STATE_FILE))
+    try:
+        value = json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _files(facts: dict[str, t.Any], log_path: str, run_dir: str | None, lines: int) -> None:
-    """The log's facts: path, size, last lines, and its exit record."""
+    """The log's facts: path, size, last lines, its exit record and the supervisor's live state."""
     if not log_path:
         return
     facts["log_path"] = log_path
+    live = live_state(run_dir, log_path)
+    if live is not None:
+        facts["live"] = live
     if os.path.isfile(log_path):
         facts["log_size"] = str(os.path.getsize(log_path))
         facts["line"] = [show(line[:MAX_LINE_BYTES]) for line in tail(log_path, lines)]
@@ -103,7 +129,15 @@ def check_info_options(params: t.Mapping[str, t.Any]) -> list[str]:
     errors = name_and_log_errors(params.get("session_name"), params.get("log_path"))
     if not 0 <= params["lines"] <= MAX_LINES:
         errors.append(f"Cannot use option lines {params['lines']}: it must be from 0 to {MAX_LINES}")
+    limit = params.get("history_limit", 100)
+    if not 1 <= limit <= MAX_HISTORY:
+        errors.append(f"Cannot use option history_limit {limit}: it must be from 1 to {MAX_HISTORY}")
     return errors
+
+
+def launch_history(session_name: str | None, limit: int) -> list[dict[str, t.Any]]:
+    """The last ``limit`` launches of this host's history (of ``session_name`` only, when given), oldest first."""
+    return read_history(history_path(), session_name=session_name or None, limit=limit)
 
 
 def to_int(value: str | None) -> int | None:
@@ -124,8 +158,41 @@ def _epoch_to_iso(value: str | None) -> str | None:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def session_entry(facts: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """One element of the module's ``sessions`` result."""
+def age(iso: str | None, now: float | None = None) -> int | None:
+    """Whole seconds from an ISO 8601 time (``...Z``, or with an offset) to ``now``, never negative; None when unreadable."""
+    if not iso:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(iso[:-1] + "+00:00" if iso.endswith("Z") else iso)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return max(0, int((time.time() if now is None else now) - moment.timestamp()))
+
+
+def life(facts: t.Mapping[str, t.Any], now: float | None = None) -> dict[str, t.Any]:
+    """The supervisor's keys of a session: from ``state.json`` while it runs, from the exit record once it ended.
+
+    Records and run folders of launches made before the supervisor have none of them: None everywhere.
+    """
+    live = facts.get("live") or {}
+    progress = as_text(live.get("last_progress_at"))
+    keys: dict[str, t.Any] = {"last_output_at": as_text(live.get("last_output_at")), "last_progress_at": progress,
+                              "last_progress_age": age(progress, now)}
+    if facts["state"] == "running":
+        keys.update({key: as_text(live.get(key)) for key in _END_KEYS})
+        keys.update(attempts=as_int(live.get("attempt")), since=as_text(live.get("since")), supervisor_state=as_text(live.get("state")))
+        return keys
+    attempts = to_int(facts.get("exit.attempts"))
+    keys.update({key: facts.get("exit." + key) or None for key in _END_KEYS})
+    keys.update(attempts=attempts if attempts is not None else as_int(live.get("attempt")),
+                since=(facts.get("exit.ended_at") or None) if facts["state"] == "finished" else None, supervisor_state=None)
+    return keys
+
+
+def session_entry(facts: t.Mapping[str, t.Any], now: float | None = None) -> dict[str, t.Any]:
+    """One element of the module's ``sessions`` result (``now``: the time the ages count to, the clock's by default)."""
     state = facts["state"]
     finished = state == "finished"
     status = to_int(facts.get("exit.exit_status"))
@@ -143,4 +210,5 @@ def session_entry(facts: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "log_path": facts.get("log_path") or None,
         "log_size": to_int(facts.get("log_size")),
         "log_tail": [line.rstrip("\r") for line in facts.get("line", [])],
+        **life(facts, now),
     }

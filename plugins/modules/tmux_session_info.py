@@ -21,6 +21,11 @@ description:
   - Sessions of M(trainops.pct_launch.tmux_session) that are no longer in tmux are found through
     C(/run/trainops/NAME/log_path) on the target (gone after a restart of the target), or with O(session_name) and O(log_path).
   - When tmux is not installed or no tmux server runs, the result lists no running session; this is not an error.
+  - Each session of M(trainops.pct_launch.tmux_session) also has what its job's supervisor (docs/job-life.md of the collection)
+    records - while the job runs, its live state from C(RUN_DIR/state.json) (attempt, supervisor state, last output and progress);
+    once it ended, the classification of the end from the exit record (C(end_state), C(cause), C(reason), C(signal), C(attempts)).
+    These keys are null for launches made before the supervisor, and when the files are missing or unreadable.
+  - With O(history=true), the result also has the target's history of launches, RV(history).
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
 options:
@@ -40,6 +45,18 @@ options:
       - How many last lines of each log to return in RV(sessions[].log_tail).
     type: int
     default: 20
+  history:
+    description:
+      - Also return RV(history), the last O(history_limit) launches of the target's history
+        (C(/var/lib/trainops/history.jsonl) for root, C(~/.local/state/trainops/history.jsonl) for another user),
+        of O(session_name) only when it is set.
+    type: bool
+    default: false
+  history_limit:
+    description:
+      - How many launches RV(history) holds at most, the newest ones (from 1 to 1000).
+    type: int
+    default: 100
 attributes:
   check_mode:
     description: Can run in check mode; the module only reads, so it reports in check mode too.
@@ -71,6 +88,14 @@ EXAMPLES = r"""
     log_path: /workspace/train.log
     lines: 50
   register: train
+
+- name: The last 20 launches of the training job, newest last
+  trainops.pct_launch.tmux_session_info:
+    session_name: train
+    lines: 0
+    history: true
+    history_limit: 20
+  register: launches
 
 - name: Fail when the job ended badly
   ansible.builtin.assert:
@@ -140,22 +165,121 @@ sessions:
       description: The last O(lines) lines of the log.
       type: list
       elements: str
+    attempts:
+      description:
+        - The job's attempt while V(running) (1, then 2 after the first restart), from the supervisor's C(state.json);
+          once it ended, the number of attempts from the exit record. Null when unknown.
+      type: int
+      sample: 1
+    supervisor_state:
+      description:
+        - The supervisor's state while the session is V(running) (C(state.json)), else null.
+        - V(running), V(restarting) (waiting before a restart), V(stalled) (the stall watchdog fired, the job still runs),
+          V(stopping) (the time limit's or the stall's stop signal sent), V(ended) (for a few seconds, while the last notifications go).
+      type: str
+      sample: running
+    since:
+      description:
+        - ISO 8601 UTC time of the last change of RV(sessions[].supervisor_state) while V(running); the end time
+          (RV(sessions[].ended_at)) when V(finished); else null.
+      type: str
+      sample: '2025-01-01T12:00:00Z'
+    end_state:
+      description:
+        - How the job ended, from the exit record (docs/job-life.md), else null (while V(running), C(state.json)'s, null until
+          the supervisor has classified the end).
+        - V(finished) (exit status 0), V(failed), V(timeout), V(stalled), V(oom_killed) or V(stopped).
+      type: str
+      sample: failed
+    cause:
+      description:
+        - What ended the job, from the exit record, else null.
+        - V(exit_status), V(signal), V(oom_kill), V(cuda_oom), V(nccl), V(python_exception), V(torchelastic),
+          V(time_limit), V(stall) or V(stop).
+      type: str
+      sample: python_exception
+    reason:
+      description:
+        - One line saying why the job ended, from the exit record; while V(running), the supervisor's (C(state.json)),
+          for example why it is V(stalled). Else null.
+      type: str
+      sample: 'ValueError: bad batch'
+    signal:
+      description: The signal that killed the job's last attempt (V(KILL), V(TERM), ...), from the exit record, else null.
+      type: str
+    last_output_at:
+      description: ISO 8601 UTC time of the job's last log output, from the supervisor's C(state.json), else null.
+      type: str
+    last_progress_at:
+      description:
+        - ISO 8601 UTC time of the last log line matching the job's stall pattern (of the last output without a pattern),
+          from the supervisor's C(state.json), else null.
+      type: str
+    last_progress_age:
+      description: Seconds from RV(sessions[].last_progress_at) to now, null when that is unknown.
+      type: int
+      sample: 12
 session:
   description: The one session of O(session_name) (the only element of RV(sessions)).
   returned: when O(session_name) is set
   type: dict
   sample: {name: train, state: finished, exit_status: 1}
+history:
+  description:
+    - The target's launches, oldest first, the last O(history_limit) ones (of O(session_name) only when it is set).
+    - One entry per launch, merged from the two lines the supervisor writes (its start and its end).
+  returned: when O(history=true)
+  type: list
+  elements: dict
+  contains:
+    session_name:
+      description: The session of the launch.
+      type: str
+      sample: train
+    host:
+      description: The target's host name at the launch.
+      type: str
+    started_at:
+      description: ISO 8601 UTC start time of the launch's first attempt.
+      type: str
+      sample: '2025-01-01T12:00:00Z'
+    ended_at:
+      description: ISO 8601 UTC end time, null while it runs.
+      type: str
+    end_state:
+      description:
+        - As RV(sessions[].end_state), or V(running) (no end yet, the last launch of its session), or
+          V(lost) (no end, and a later launch of the session started; the target restarted or the supervisor was killed).
+      type: str
+      sample: finished
+    exit_status:
+      description: The job's exit status, null when unknown.
+      type: int
+    cause:
+      description: As RV(sessions[].cause).
+      type: str
+    reason:
+      description: As RV(sessions[].reason).
+      type: str
+    attempts:
+      description: How many attempts the launch made, null when unknown.
+      type: int
+    log_path:
+      description: The launch's log on the target.
+      type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import check_info_options, report, session_entry
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import check_info_options, launch_history, report, session_entry
 
 ARGUMENT_SPEC = dict(
     session_name=dict(type="str"),
     log_path=dict(type="str"),
     lines=dict(type="int", default=20),
+    history=dict(type="bool", default=False),
+    history_limit=dict(type="int", default=100),
 )
 
 
@@ -171,6 +295,8 @@ def main() -> None:
     result = {"changed": False, "tmux": tmux, "sessions": sessions}
     if params["session_name"]:
         result["session"] = sessions[0] if sessions else None
+    if params["history"]:
+        result["history"] = launch_history(params["session_name"], params["history_limit"])
     module.exit_json(**reportable(result))
 
 

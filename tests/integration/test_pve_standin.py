@@ -17,6 +17,10 @@ pytestmark = pytest.mark.integration
 
 CT = 281
 STOPPED_CT = 282
+OOM_CT = 285
+UNLIMITED_CT = 286
+JOB_END = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "_job_end.py"
+OOM_KILLS = "import sys; sys.path.insert(0, '/root'); import _job_end; print(_job_end.oom_kills())"
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +187,40 @@ def test_pty_knob_loses_nohup_job_while_tmux_survives(private_node: StandinNode)
     assert private_node.sh(vmid, "test -e /tmp/n.log", check=False).returncode == 1, "nohup job should be lost"
     assert private_node.pct("exec", vmid, "--", "tmux", "has-session", "-t", "=probe").returncode == 0
     assert private_node.sh(vmid, "test -e /tmp/t.log", check=False).returncode == 0
+
+
+def test_memory_limit_is_enforced_with_a_real_oom_kill(private_node: StandinNode, tmp_path: Path) -> None:
+    """`--memory 64`: a job that wants 512 MiB is killed by the kernel's OOM killer, the container's oom_kill counter grows.
+
+    The counter is read inside the container by _job_end.oom_kills, as the job's supervisor reads it.
+    """
+    limit = 64 * 1024 * 1024
+    key = ("lxc.cgroup2.memory.max" if Path("/sys/fs/cgroup/cgroup.controllers").is_file()
+           else "lxc.cgroup.memory.limit_in_bytes")
+    private_node.pct("create", OOM_CT, "--memory", "64", "--start", "1", check=True, timeout=600)
+    private_node.created.append(OOM_CT)
+    try:
+        assert f"{key} = {limit}" in lines((tmp_path / "node" / "lxc" / str(OOM_CT) / "config").read_bytes())
+        config = lines(private_node.pct("config", OOM_CT, check=True).stdout)
+        assert "memory: 64" in config and "swap: 0" in config
+        private_node.pct("push", OOM_CT, JOB_END, "/root/_job_end.py", check=True)
+        before = private_node.pct("exec", OOM_CT, "--", "python3", "-c", OOM_KILLS, check=True).stdout.decode().strip()
+        assert before.isdigit(), f"oom_kills() inside the container: {before}"
+        hog = private_node.pct("exec", OOM_CT, "--", "python3", "-c", "b = bytearray(512 * 1024 * 1024)", timeout=120)
+        assert hog.returncode == 137, hog.stderr
+        after = private_node.pct("exec", OOM_CT, "--", "python3", "-c", OOM_KILLS, check=True).stdout.decode().strip()
+        assert int(after) >= int(before) + 1, f"oom_kill counter before {before}, after {after}"
+    finally:
+        private_node.pct("destroy", OOM_CT, "--force", check=True)
+        private_node.created.remove(OOM_CT)
+    private_node.create(UNLIMITED_CT, start=False)
+    unlimited = (tmp_path / "node" / "lxc" / str(UNLIMITED_CT) / "config").read_text(encoding="utf-8")
+    assert not re.search(r"^lxc\.cgroup2?\.memory", unlimited, re.M), "a container created without --memory must stay unlimited"
+    assert "swap: 512" in lines(private_node.pct("config", UNLIMITED_CT, check=True).stdout)
+    for bad, message in (("abc", "memory: type check ('integer') failed - got 'abc'"), ("8", "minimum value of 16")):
+        refused = private_node.pct("create", 287, "--memory", bad)
+        assert refused.returncode != 0 and message in refused.stderr.decode()
+    assert private_node.pct("config", 287).returncode != 0
 
 
 def test_setup_script_is_safe_to_run_twice(standin: StandinNode) -> None:

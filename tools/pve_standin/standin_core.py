@@ -49,7 +49,7 @@ USAGE = {
     "config": "pct config <vmid> [OPTIONS]",
     "push": "pct push <vmid> <file> <destination> [OPTIONS]",
     "pull": "pct pull <vmid> <path> <destination> [OPTIONS]",
-    "create": "pct create <vmid> [<ostemplate>] [--release bullseye|bookworm|trixie] [--hostname NAME] [--start 0|1]",
+    "create": "pct create <vmid> [<ostemplate>] [--release bullseye|bookworm|trixie] [--hostname NAME] [--memory MB] [--start 0|1]",
     "destroy": "pct destroy <vmid> [--force 0|1]",
 }
 # Options each verb takes, and whether they are flags (may stand without a value).

@@ -24,6 +24,7 @@ from pathlib import Path
 from standin_core import DEFAULT_RELEASE, IMAGE_PACKAGES, RELEASES, Node, PctError, run_checked
 
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 LXC_COMMON = "/usr/share/lxc/config/debian.common.conf"
 DEFAULT_MIRRORS = ("http://deb.debian.org/debian", "http://deb.debian.org/debian-security")
 TEMPLATE_RE = re.compile(r"debian-(\d+)")
@@ -102,25 +103,50 @@ def ensure_rootfs(node: Node, release: str) -> Path:
     return rootfs
 
 
-def lxc_config(name: str, rootfs: str, hostname: str) -> str:
-    """The LXC config of a stand-in container: host network, Debian defaults."""
+def lxc_config(name: str, rootfs: str, hostname: str, limits: str = "") -> str:
+    """The LXC config of a stand-in container: host network, Debian defaults, then ``limits`` (LXC lines)."""
     return (f"lxc.include = {LXC_COMMON}\n"
             "lxc.arch = amd64\n"
             f"lxc.rootfs.path = {rootfs}\n"
             f"lxc.uts.name = {hostname}\n"
             "lxc.net.0.type = none\n"
             "lxc.tty.max = 2\n"
+            f"{limits}"
             f"# stand-in container {name}\n")
 
 
-def clone_container(node: Node, vmid: str, release: str, hostname: str) -> None:
-    """Create container VMID as an overlay clone of the release's cached root file system."""
+def memory_limits(vmid: str, megabytes: int, cgroup_root: Path = CGROUP_ROOT) -> str:
+    """The LXC lines that hold a container to ``megabytes`` of memory and no swap, for the host's cgroup version.
+
+    As pve-container does for ``memory`` (``lxc.cgroup2.memory.max``, and for cgroup v1
+    ``lxc.cgroup.memory.limit_in_bytes``), with the swap limit at 0 so that the limit is reached at once.
+    """
+    limit = megabytes * 1024 * 1024
+    unified = cgroup_root / "cgroup.controllers"
+    if unified.is_file() and "memory" in unified.read_text(encoding="ascii").split():
+        return f"lxc.cgroup2.memory.max = {limit}\nlxc.cgroup2.memory.swap.max = 0\n"
+    legacy = cgroup_root / "memory"
+    if (legacy / "memory.limit_in_bytes").is_file():
+        lines = f"lxc.cgroup.memory.limit_in_bytes = {limit}\n"
+        if (legacy / "memory.memsw.limit_in_bytes").is_file():  # memory + swap: the same value, no swap
+            lines += f"lxc.cgroup.memory.memsw.limit_in_bytes = {limit}\n"
+        return lines
+    raise PctError(f"limiting the memory of CT {vmid} failed: the host has no memory cgroup controller "
+                   f"({unified} does not name it, {legacy}/memory.limit_in_bytes does not exist)")
+
+
+def clone_container(node: Node, vmid: str, release: str, hostname: str, memory: int | None = None) -> None:
+    """Create container VMID as an overlay clone of the release's cached root file system.
+
+    With ``memory`` (MB) the container is held to that much memory and no swap; without it, it is unlimited.
+    """
+    limits = memory_limits(vmid, memory) if memory is not None else ""
     lower = ensure_rootfs(node, release)
     folder = node.lxcpath / vmid
     shutil.rmtree(folder, ignore_errors=True)
     upper = folder / "overlay" / "delta"
     upper.mkdir(parents=True)
-    (folder / "config").write_text(lxc_config(vmid, f"overlay:{lower}:{upper}", hostname), encoding="utf-8")
+    (folder / "config").write_text(lxc_config(vmid, f"overlay:{lower}:{upper}", hostname, limits), encoding="utf-8")
 
 
 def prepare_start(node: Node, vmid: str, hostname: str) -> None:

@@ -200,19 +200,33 @@ def verb_pull(node: Node, call: Call) -> int:
     return 0
 
 
+def _memory_mb(value: str) -> int:
+    """``--memory`` as pve-container's schema takes it: an integer of at least 16 (MB)."""
+    if not re.fullmatch(r"[0-9]+", value):
+        raise PctError(f"400 Parameter verification failed.\nmemory: type check ('integer') failed - got '{value}'")
+    if int(value) < 16:
+        raise PctError("400 Parameter verification failed.\nmemory: value must have a minimum value of 16")
+    return int(value)
+
+
 def verb_create(node: Node, call: Call) -> int:
-    """``pct create VMID [OSTEMPLATE] [--release R] [--hostname H] [--start 1]`` (stand-in: Debian only)."""
+    """``pct create VMID [OSTEMPLATE] [--release R] [--hostname H] [--memory MB] [--start 1]`` (stand-in: Debian only).
+
+    Only an explicit ``--memory`` limits the container (to that memory, no swap); without it the
+    container is unlimited, whatever ``pct config`` says (512).
+    """
     vmid = call.args[0]
     release = release_from(call.opts.get("release"), call.args[1] if len(call.args) > 1 else None)
     hostname = call.opts.get("hostname", f"CT{vmid}")
+    memory = _memory_mb(call.opts["memory"]) if "memory" in call.opts else None
     with node.lock(f"ct-{vmid}"):
         if node.conf_path(vmid).is_file():
             raise PctError(f"unable to create CT {vmid} - CT {vmid} already exists on node '{node.name}'")
-        clone_container(node, vmid, release, hostname)
+        clone_container(node, vmid, release, hostname, memory)
         node.write_conf(vmid, {
             "arch": "amd64", "cores": call.opts.get("cores", "1"), "hostname": hostname,
-            "memory": call.opts.get("memory", "512"), "ostype": "debian",
-            "rootfs": f"standin:subvol-{vmid}-disk-0,size=8G", "swap": "512", "unprivileged": "0",
+            "memory": str(memory or 512), "ostype": "debian",
+            "rootfs": f"standin:subvol-{vmid}-disk-0,size=8G", "swap": "512" if memory is None else "0", "unprivileged": "0",
             "description": f"stand-in Debian {RELEASES[release]} ({release})",
         })
     if call.opts.get("start") == "1":

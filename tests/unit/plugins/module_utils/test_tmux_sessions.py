@@ -10,6 +10,7 @@ touches ``/run/trainops`` or the default tmux server.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import pwd
 import shutil
@@ -24,13 +25,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli, _tmux_sessions
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import append
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import SHOW
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import session_state
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import (
+    MAX_HISTORY,
     MAX_LINE_BYTES,
     MAX_LINES,
+    age,
     check_info_options,
+    launch_history,
     report,
     session_entry,
     to_int,
@@ -38,6 +43,10 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux", path=CLEAN_PATH) is None, reason="needs tmux")
 RECORD = exit_record_text("job", 3, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z")
+# The supervisor's keys of a session (docs/job-life.md), all null for a launch made before it.
+LIFE_KEYS = ("attempts", "end_state", "cause", "reason", "signal", "since", "supervisor_state", "last_output_at", "last_progress_at",
+             "last_progress_age")
+NO_LIFE = dict.fromkeys(LIFE_KEYS)
 
 
 # ---- _tmux_cli.session_state: every branch, with real files ----
@@ -159,6 +168,8 @@ def test_session_entry_finished() -> None:
         "name": "train", "state": "finished", "managed": True, "pane_pid": None, "command": None,
         "started_at": "2025-01-01T00:00:00Z", "exit_status": 137, "ended_at": "2025-01-01T00:00:09Z",
         "stopped_by": "trainops", "log_path": "/w/t.log", "log_size": 10, "log_tail": ["a", "b"],
+        "attempts": None, "end_state": None, "cause": None, "reason": None, "signal": None, "since": "2025-01-01T00:00:09Z",
+        "supervisor_state": None, "last_output_at": None, "last_progress_at": None, "last_progress_age": None,
     }
 
 
@@ -198,6 +209,82 @@ def test_session_entry_started_at_sources_in_order() -> None:
         assert session_entry(dict(base, created=created))["started_at"] is None
 
 
+# ---- the supervisor's keys (docs/job-life.md): state.json while running, the exit record once ended ----
+
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc).timestamp()
+LIVE = {"state": "stalled", "since": "2025-12-31T23:50:00Z", "attempt": 2, "restarts": 1, "pid": 4242,
+        "last_output_at": "2025-12-31T23:59:00Z", "last_progress_at": "2025-12-31T23:40:00Z", "next_restart_at": None,
+        "stalled": True, "end_state": None, "reason": "no progress line for 600 s"}
+END = {"exit.exit_status": "137", "exit.started_at": "S", "exit.ended_at": "2026-01-01T00:00:00Z", "exit.attempts": "3",
+       "exit.end_state": "oom_killed", "exit.cause": "oom_kill", "exit.signal": "KILL", "exit.reason": "killed by the kernel's OOM killer"}
+
+
+def life_of(entry: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """The supervisor's keys of an entry."""
+    return {key: entry[key] for key in LIFE_KEYS}
+
+
+def test_a_running_session_has_its_supervisors_live_state() -> None:
+    entry = session_entry({"session": "t", "state": "running", "live": LIVE, **END}, now=NOW)
+    assert life_of(entry) == {"attempts": 2, "end_state": None, "cause": None, "reason": "no progress line for 600 s", "signal": None,
+                              "since": "2025-12-31T23:50:00Z", "supervisor_state": "stalled", "last_output_at": "2025-12-31T23:59:00Z",
+                              "last_progress_at": "2025-12-31T23:40:00Z", "last_progress_age": 1200}, "while it runs, never the record"
+
+
+def test_an_ended_session_has_its_exit_records_keys() -> None:
+    entry = session_entry({"session": "t", "state": "finished", "live": dict(LIVE, state="ended", attempt=9), **END}, now=NOW)
+    assert life_of(entry) == {"attempts": 3, "end_state": "oom_killed", "cause": "oom_kill", "reason": "killed by the kernel's OOM killer",
+                              "signal": "KILL", "since": "2026-01-01T00:00:00Z", "supervisor_state": None,
+                              "last_output_at": "2025-12-31T23:59:00Z", "last_progress_at": "2025-12-31T23:40:00Z",
+                              "last_progress_age": 1200}
+    assert entry["exit_status"] == 137 and entry["ended_at"] == entry["since"]
+
+
+def test_a_record_of_before_the_supervisor_has_none_of_its_keys() -> None:
+    facts = {"session": "t", "state": "finished", "exit.exit_status": "0", "exit.started_at": "S", "exit.ended_at": "E"}
+    assert life_of(session_entry(facts)) == dict(NO_LIFE, since="E")
+    assert life_of(session_entry({"session": "t", "state": "running", "pane_pid": "42"})) == NO_LIFE
+    assert life_of(session_entry({"session": "t", "state": "absent"})) == NO_LIFE
+
+
+def test_a_vanished_session_keeps_its_last_known_attempt_and_output() -> None:
+    """The supervisor was killed: state.json says running, but nothing runs; no end, no supervisor state."""
+    entry = session_entry({"session": "t", "state": "vanished", "live": dict(LIVE, state="running")}, now=NOW)
+    assert life_of(entry) == dict(NO_LIFE, attempts=2, last_output_at="2025-12-31T23:59:00Z", last_progress_at="2025-12-31T23:40:00Z",
+                                  last_progress_age=1200)
+
+
+@pytest.mark.parametrize("live, expected", [
+    ({"attempt": "2", "state": "running"}, {"attempts": 2, "supervisor_state": "running"}),
+    ({"attempt": True, "state": 5}, {"attempts": None, "supervisor_state": "5"}),
+    ({"attempt": "x", "state": ["running"], "since": {"a": 1}}, {"attempts": None, "supervisor_state": None, "since": None}),
+    ({"attempt": 1.0, "state": "", "last_progress_at": "yesterday"},
+     {"attempts": None, "supervisor_state": None, "last_progress_at": "yesterday", "last_progress_age": None}),
+])
+def test_odd_values_of_state_json_are_unknown(live: dict[str, t.Any], expected: dict[str, t.Any]) -> None:
+    assert life_of(session_entry({"session": "t", "state": "running", "live": live}, now=NOW)) == dict(NO_LIFE, **expected)
+
+
+def test_odd_values_of_the_exit_record_are_unknown() -> None:
+    facts = {"session": "t", "state": "finished", "exit.attempts": "three", "exit.end_state": "", "exit.ended_at": ""}
+    assert life_of(session_entry(facts)) == NO_LIFE
+
+
+@pytest.mark.parametrize("iso, seconds", [
+    ("2026-01-01T00:00:00Z", 0), ("2025-12-31T23:59:50Z", 10), ("2025-12-31T23:59:50.900Z", 9), ("2026-01-01T01:00:00+01:00", 0),
+    ("2025-12-31T23:00:00", 3600), ("2026-01-01T00:00:30Z", 0), ("2025-12-01T00:00:00Z", 31 * 86400),
+    (None, None), ("", None), ("garbage", None), ("2026-13-01T00:00:00Z", None), ("2026-01-01T00:00:00ZZ", None),
+])
+def test_age(iso: str | None, seconds: int | None) -> None:
+    assert age(iso, NOW) == seconds
+
+
+def test_age_counts_to_the_clock_by_default() -> None:
+    stamp = datetime.datetime.fromtimestamp(time.time() - 30, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert 29 <= age(stamp) <= 90
+
+
 @given(st.integers(min_value=0, max_value=253_402_300_799))  # up to 9999-12-31T23:59:59Z
 def test_started_at_from_created_is_that_second_in_utc(seconds: int) -> None:
     started = session_entry({"session": "x", "state": "running", "created": str(seconds)})["started_at"]
@@ -228,7 +315,7 @@ def test_to_int_never_raises(value: str) -> None:
 
 def params(**kwargs: t.Any) -> dict[str, t.Any]:
     """tmux_session_info options with their defaults."""
-    values: dict[str, t.Any] = {"session_name": None, "log_path": None, "lines": 20}
+    values: dict[str, t.Any] = {"session_name": None, "log_path": None, "lines": 20, "history": False, "history_limit": 100}
     values.update(kwargs)
     return values
 
@@ -241,6 +328,9 @@ def params(**kwargs: t.Any) -> dict[str, t.Any]:
     ({"session_name": "a", "log_path": "/w/a\nb.log"}, "Invalid log_path '/w/a\\nb.log': it contains a newline"),
     ({"lines": -1}, "Cannot use option lines -1: it must be from 0 to 10000"),
     ({"lines": MAX_LINES + 1}, f"Cannot use option lines {MAX_LINES + 1}"),
+    ({"history_limit": 0}, "Cannot use option history_limit 0: it must be from 1 to 1000"),
+    ({"history_limit": -3, "history": True}, "Cannot use option history_limit -3: it must be from 1 to 1000"),
+    ({"history_limit": MAX_HISTORY + 1}, "Cannot use option history_limit 1001: it must be from 1 to 1000"),
 ])
 def test_check_info_options(kwargs: dict[str, t.Any], fragment: str) -> None:
     errors = check_info_options(params(**kwargs))
@@ -255,6 +345,7 @@ def test_check_info_options_names_every_problem() -> None:
 def test_check_info_options_ok() -> None:
     assert not check_info_options(params(session_name="train-1_x", log_path="/w/a b.log"))
     assert not check_info_options(params(lines=0)) and not check_info_options(params(lines=MAX_LINES))
+    assert not check_info_options(params(history_limit=1)) and not check_info_options(params(history=True, history_limit=MAX_HISTORY))
 
 
 # ---- report: a tmux server of the test's own ----
@@ -438,3 +529,107 @@ def test_a_dead_pane_of_a_launch_reads_its_exit_record(host: Host) -> None:
     (host.run_root / "dead" / "exit").unlink()
     entry = entries(None, None, 0)[1]["dead"]
     assert (entry["state"], entry["exit_status"]) == ("vanished", None), "a launch's dead pane without a record is vanished"
+
+
+# ---- report: the supervisor's state.json and the exit record's new keys ----
+
+
+def state_json(run_dir: Path, **values: t.Any) -> None:
+    """``RUN_DIR/state.json`` as the supervisor writes it (the docs' example with these values)."""
+    (run_dir / "state.json").write_text(json.dumps(dict(LIVE, **values)), encoding="utf-8")
+
+
+@needs_tmux
+def test_a_running_launch_reports_its_state_json(host: Host) -> None:
+    log = host.tmp_path / "live.log"
+    log.write_text("### trainops.pct_launch: session=live\nstep 1\n", encoding="utf-8")
+    run = host.run_dir("live", log)
+    state_json(run, state="restarting", attempt=3, last_progress_at="2000-01-01T00:00:00Z")
+    host.session("live", trainops_log=str(log))
+    entry = entries()[1]["live"]
+    assert entry["state"] == "running" and entry["supervisor_state"] == "restarting" and entry["attempts"] == 3
+    assert entry["since"] == LIVE["since"] and entry["last_output_at"] == LIVE["last_output_at"] and entry["last_progress_age"] > 8 * 10 ** 8
+    assert entries("live")[1]["live"]["supervisor_state"] == "restarting"
+
+
+@needs_tmux
+@pytest.mark.parametrize("content", [b"", b'{"state": "runn', b"not json", b"[1, 2]", b"null", b"\xff\xfe{}", b"[" * 100000],
+                         ids=["empty", "partial", "text", "array", "null", "bytes", "deep"])
+def test_a_state_json_that_cannot_be_read_is_ignored(host: Host, content: bytes) -> None:
+    log = host.tmp_path / "odd.log"
+    log.write_text("x\n", encoding="utf-8")
+    (host.run_dir("odd", log) / "state.json").write_bytes(content)
+    host.session("odd", trainops_log=str(log))
+    entry = entries()[1]["odd"]
+    assert entry["state"] == "running" and life_of(entry) == NO_LIFE
+
+
+def test_an_ended_launch_reports_its_exit_records_new_keys(host: Host) -> None:
+    log = host.tmp_path / "oom.log"
+    log.write_text("step 9\nKilled\n", encoding="utf-8")
+    Path(f"{log}.exit").write_text(exit_record_text("oom", 137, "2025-01-01T00:00:00Z", "2025-01-01T00:09:00Z")
+                                   + "attempts=3\nend_state=oom_killed\ncause=oom_kill\nsignal=KILL\n"
+                                   + "reason=killed by the kernel's OOM killer (memory limit of the container's cgroup reached; 1 OOM kill)\n",
+                                   encoding="utf-8")
+    state_json(host.run_dir("oom", log), state="ended", end_state="oom_killed", attempt=3)
+    entry = entries()[1]["oom"]
+    assert (entry["state"], entry["exit_status"], entry["attempts"], entry["end_state"], entry["cause"], entry["signal"]) == (
+        "finished", 137, 3, "oom_killed", "oom_kill", "KILL")
+    assert entry["reason"].startswith("killed by the kernel's OOM killer (memory limit") and entry["reason"].endswith("1 OOM kill)")
+    assert entry["since"] == entry["ended_at"] == "2025-01-01T00:09:00Z" and entry["supervisor_state"] is None
+    assert entry["last_progress_at"] == LIVE["last_progress_at"] and isinstance(entry["last_progress_age"], int)
+
+
+def test_an_old_exit_record_without_the_new_keys(host: Host) -> None:
+    log = host.tmp_path / "old.log"
+    log.write_text("done\n", encoding="utf-8")
+    host.run_dir("old", log, exit_record_text("old", 143, "S", "E", "TERM"))
+    entry = entries()[1]["old"]
+    assert entry["state"] == "finished" and entry["exit_status"] == 143 and life_of(entry) == dict(NO_LIFE, since="E")
+
+
+def test_a_vanished_launch_keeps_what_state_json_last_said(host: Host) -> None:
+    log = host.tmp_path / "killed.log"
+    log.write_text("step 3\n", encoding="utf-8")
+    state_json(host.run_dir("killed", log), state="running", attempt=2)
+    entry = entries()[1]["killed"]
+    assert entry["state"] == "vanished" and entry["attempts"] == 2 and entry["supervisor_state"] is None and entry["since"] is None
+    assert entry["last_output_at"] == LIVE["last_output_at"]
+
+
+def test_the_state_json_of_another_log_is_not_this_logs(host: Host) -> None:
+    """Asked about an older log (``log_path``): the run dir's state.json belongs to the launch that writes another log."""
+    old, new = host.tmp_path / "old.log", host.tmp_path / "new.log"
+    old.write_text("x\n", encoding="utf-8")
+    new.write_text("y\n", encoding="utf-8")
+    Path(f"{old}.exit").write_text(exit_record_text("job", 0, "S", "E"), encoding="utf-8")
+    state_json(host.run_dir("job", new))
+    entry = entries("job", str(old))[1]["job"]
+    assert entry["log_path"] == str(old) and life_of(entry) == dict(NO_LIFE, since="E")
+    assert entries("job")[1]["job"]["attempts"] == 2, "the run dir's own log has it"
+
+
+def test_the_report_only_reads_the_run_dir(host: Host) -> None:
+    log = host.tmp_path / "ro.log"
+    log.write_text("x\n", encoding="utf-8")
+    run = host.run_dir("ro", log, exit_record_text("ro", 0, "S", "E"))
+    state_json(run)
+    before = {path.name: path.read_bytes() for path in run.iterdir()}
+    entries()
+    assert {path.name: path.read_bytes() for path in run.iterdir()} == before
+
+
+# ---- launch_history ----
+
+
+def test_launch_history_reads_this_hosts_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "history.jsonl"
+    monkeypatch.setattr(_tmux_sessions, "history_path", lambda: str(path))
+    assert launch_history(None, 100) == [], "no history yet"
+    for record in ({"event": "start", "session_name": "a", "started_at": "S1"}, {"event": "start", "session_name": "b", "started_at": "S2"},
+                   {"event": "end", "session_name": "a", "started_at": "S1", "exit_status": 0, "end_state": "finished"},
+                   {"event": "start", "session_name": "a", "started_at": "S3"}):
+        assert append(str(path), record)
+    assert [(e["session_name"], e["end_state"]) for e in launch_history(None, 100)] == [("a", "finished"), ("b", "running"), ("a", "running")]
+    assert [e["started_at"] for e in launch_history("a", 100)] == ["S1", "S3"] and [e["started_at"] for e in launch_history("a", 1)] == ["S3"]
+    assert len(launch_history("", 100)) == 3, "no session name: every session"

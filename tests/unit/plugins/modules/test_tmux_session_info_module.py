@@ -19,6 +19,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli, _tmux_sessions
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import append
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session_info
 
@@ -60,7 +61,7 @@ def run_module(capsys: pytest.CaptureFixture[str], **args: t.Any) -> dict[str, t
 
 
 def test_the_options_have_no_container() -> None:
-    assert set(tmux_session_info.ARGUMENT_SPEC) == {"session_name", "log_path", "lines"}
+    assert set(tmux_session_info.ARGUMENT_SPEC) == {"session_name", "log_path", "lines", "history", "history_limit"}
 
 
 def test_one_finished_session(tmp_path: Path, reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,6 +98,10 @@ def test_a_running_session(reports: Reports, capsys: pytest.CaptureFixture[str])
     ({"session_name": "bad name"}, "Invalid session_name 'bad name'"),
     ({"session_name": "t", "log_path": "t.log"}, "Invalid log_path 't.log'"),
     ({"lines": -1}, "Cannot use option lines -1"),
+    ({"history_limit": 0}, "Cannot use option history_limit 0: it must be from 1 to 1000"),
+    ({"history": True, "history_limit": 1001}, "Cannot use option history_limit 1001: it must be from 1 to 1000"),
+    ({"history_limit": "many"}, "argument 'history_limit' is of type"),
+    ({"history": "maybe"}, "argument 'history' is of type"),
     ({"log_path": "/w/t.log"}, "missing parameter(s) required by 'log_path': session_name"),
     ({"vmid": 250}, "Unsupported parameters for (basic.py) module: vmid."),
     ({"vmid": 250, "pct_path": "pct", "session_name": "t"}, "Unsupported parameters for (basic.py) module: pct_path, vmid."),
@@ -118,3 +123,54 @@ def test_the_report_reads_a_launch_from_its_run_dir(tmp_path: Path, reports: Rep
     assert result["session"]["state"] == "finished" and result["session"]["exit_status"] == 2 and result["session"]["log_path"] == str(log)
     assert result["session"]["log_tail"] == ["last words"] and reports.calls == 1
     assert sorted(p.name for p in run_dir.iterdir()) == ["exit", "log_path"], "the report only reads"
+
+
+@pytest.fixture()
+def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The host's history of launches, in the test's temp dir (not created)."""
+    path = tmp_path / "history" / "history.jsonl"
+    monkeypatch.setattr(_tmux_sessions, "history_path", lambda: str(path))
+    return path
+
+
+def test_history_only_when_asked(history: Path, reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "history" not in run_module(capsys)
+    assert run_module(capsys, history=True)["history"] == [], "no history file yet: no launch"
+    assert not history.exists(), "the report only reads"
+
+
+def test_history_entries_filter_and_limit(history: Path, reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
+    log = b"/w/caf\xe9.log".decode("utf-8", "surrogateescape")
+    for number in range(5):
+        name = "a" if number % 2 == 0 else "b"
+        assert append(str(history), {"event": "start", "session_name": name, "host": "ct200", "started_at": f"S{number}", "log_path": log})
+        assert append(str(history), {"event": "end", "session_name": name, "host": "ct200", "started_at": f"S{number}", "log_path": log,
+                                     "ended_at": f"E{number}", "end_state": "failed", "exit_status": number, "cause": "exit_status",
+                                     "reason": f"exit status {number}", "attempts": 1})
+    assert append(str(history), {"event": "start", "session_name": "a", "host": "ct200", "started_at": "S5", "log_path": log})
+    result = run_module(capsys, history=True, history_limit=3)
+    assert [(e["session_name"], e["started_at"], e["end_state"], e["exit_status"]) for e in result["history"]] == [
+        ("b", "S3", "failed", 3), ("a", "S4", "failed", 4), ("a", "S5", "running", None)]
+    assert result["history"][0] == {"session_name": "b", "host": "ct200", "started_at": "S3", "ended_at": "E3", "end_state": "failed",
+                                    "exit_status": 3, "cause": "exit_status", "reason": "exit status 3", "attempts": 1,
+                                    "log_path": "/w/caf\ufffd.log"}, "bytes that are not UTF-8 are shown as U+FFFD"
+    one = run_module(capsys, session_name="b", history=True)
+    assert [e["started_at"] for e in one["history"]] == ["S1", "S3"] and one["session"]["state"] == "absent"
+    assert len(run_module(capsys, history=True)["history"]) == 6, "100 by default"
+
+
+def test_a_session_reports_the_supervisors_keys(tmp_path: Path, reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "sup.log"
+    log.write_text("Traceback\nValueError: bad batch\n", encoding="utf-8")
+    run_dir = tmp_path / "run" / "sup"
+    run_dir.mkdir(parents=True)
+    (run_dir / "log_path").write_text(str(log), encoding="utf-8")
+    (run_dir / "exit").write_text(exit_record_text("sup", 1, "S", "E") + "attempts=2\nend_state=failed\ncause=python_exception\n"
+                                  "reason=ValueError: bad batch\n", encoding="utf-8")
+    (run_dir / "state.json").write_text('{"state": "ended", "attempt": 2, "last_output_at": "2025-01-01T00:00:00Z"}', encoding="utf-8")
+    session = run_module(capsys, session_name="sup")["session"]
+    assert {key: session[key] for key in ("state", "exit_status", "attempts", "end_state", "cause", "reason", "signal", "since",
+                                          "supervisor_state", "last_output_at", "last_progress_at", "last_progress_age")} == {
+        "state": "finished", "exit_status": 1, "attempts": 2, "end_state": "failed", "cause": "python_exception",
+        "reason": "ValueError: bad batch", "signal": None, "since": "E", "supervisor_state": None,
+        "last_output_at": "2025-01-01T00:00:00Z", "last_progress_at": None, "last_progress_age": None}
