@@ -3,7 +3,7 @@
 """The job's parent inside its tmux pane, and the exit record it leaves (docs/launch-protocol.md).
 
 ``tmux_session`` copies this file to ``RUN_DIR/parent.py`` in the target, and the supervisor's files
-(``_job_supervise``, ``_job_end``, ``_job_notify``, ``_job_history`` and this one) to
+(``_job_stage.PROGRAM``: ``_job_supervise``, ``_job_watch``, ``_job_end``, ``_job_notify``, ``_job_history`` and this one) to
 ``RUN_DIR/lib/ansible_collections/...`` (``_job_stage``), and makes tmux run
 ``PYTHON -I RUN_DIR/parent.py RUN_DIR`` in the session's pane: ``main`` puts ``RUN_DIR/lib`` first on
 ``sys.path`` and runs the supervisor (docs/job-life.md). These files import only each other and work

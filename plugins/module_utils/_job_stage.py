@@ -15,10 +15,10 @@ import os
 import types
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_notify, _job_parent, _job_supervise
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_notify, _job_parent, _job_supervise, _job_watch
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import write_whole
 
-PROGRAM: tuple[types.ModuleType, ...] = (_job_parent, _job_supervise, _job_end, _job_notify, _job_history)
+PROGRAM: tuple[types.ModuleType, ...] = (_job_parent, _job_supervise, _job_watch, _job_end, _job_notify, _job_history)
 PACKAGE = ("ansible_collections", "trainops", "pct_launch", "plugins", "module_utils")
 
 

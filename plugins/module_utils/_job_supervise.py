@@ -3,7 +3,7 @@
 """The supervisor in the job's tmux pane: attempts, restarts, the time limit, the stall watchdog (docs/job-life.md).
 
 ``run(run_dir)`` is what ``RUN_DIR/parent.py`` runs. It starts the job (``_job_parent.start_job``),
-watches it every ``TICK`` seconds (``Watch``), restarts it as ``supervise`` in job.json says, keeps
+watches it every ``TICK`` seconds (``_job_watch.Watch``), restarts it as ``supervise`` in job.json says, keeps
 ``RUN_DIR/state.json`` current, sends the notifications (``_job_notify``), and at the end classifies it
 (``_job_end``), writes the trailer and the exit record, and leaves the launch in the history
 (``_job_history``). It imports only the files staged next to it, and runs with Python 3.7 or later.
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import socket
 import sys
 import time
@@ -22,11 +20,9 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_notify
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent as parent
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_watch import TICK, Watch, size_of
 
-TICK = 0.25
 STATE_EVERY = 2.0
-# A stall stopped by the watchdog: KILL this long after TERM.
-STALL_KILL_AFTER = 30.0
 DEFAULTS: dict[str, t.Any] = {
     "restart": "never", "restart_limit": 3, "restart_delay": 10.0, "restart_backoff": 2.0, "restart_max_delay": 300.0,
     "no_restart_exit_codes": [], "time_limit": 0, "time_limit_signal": "TERM", "time_limit_grace": 30,
@@ -55,105 +51,6 @@ def wants_restart(policy: t.Mapping[str, t.Any], status: int, ended: t.Mapping[s
     if ended.get("stalled") or status in policy["no_restart_exit_codes"]:
         return False
     return policy["restart"] == "always" or (policy["restart"] == "on_failure" and status != 0)
-
-
-class Watch:
-    """One attempt as the supervisor sees it between two ticks: output, progress, the limit and the stall."""
-
-    def __init__(self, sup: Supervisor, proc: t.Any, size: int) -> None:
-        """``size``: the log's size before the attempt started."""
-        self.sup, self.proc, self.pgid = sup, proc, proc.pid
-        policy = sup.policy
-        self.pattern = re.compile(policy["stall_pattern"]) if policy.get("stall_pattern") else None
-        self.size = size
-        self.offset, self.partial = size, b""
-        self.progress = time.monotonic()
-        self.flags = {"stopped": False, "timed_out": False, "stalled": False, "stall_restart": False}
-        self.limit_signalled = False
-        self.kill_at: float | None = None
-
-    def signal(self, name: str) -> None:
-        """Signal the attempt's process group (it may be gone already)."""
-        try:
-            os.killpg(self.pgid, getattr(signal, "SIG" + name))
-        except OSError:
-            pass
-
-    def output(self) -> None:
-        """New log bytes: the time of the last output, and of the last progress line (``stall_pattern``)."""
-        size = _size(self.sup.log_path)
-        if size == self.size:
-            return
-        self.size = size
-        self.sup.state["last_output_at"] = parent.now()
-        if self.pattern is None:
-            self._progress()
-            return
-        if size < self.offset:  # truncated or replaced
-            self.offset, self.partial = 0, b""
-        for line in self._new_lines():
-            if not line.startswith(parent.PROTOCOL.encode("ascii")) and self.pattern.search(line.decode("utf-8", "replace")):
-                self._progress()
-
-    def _new_lines(self) -> list[bytes]:
-        try:
-            with open(self.sup.log_path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read(4 << 20)
-        except OSError:
-            return []
-        self.offset += len(data)
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()[-(1 << 20):]
-        return lines
-
-    def _progress(self) -> None:
-        self.progress = time.monotonic()
-        self.sup.state["last_progress_at"] = parent.now()
-        if self.flags["stalled"] and self.sup.policy["stall_action"] == "record":
-            self.flags["stalled"] = False
-            self.sup.set_state("running")
-
-    def limits(self) -> None:
-        """The time limit (its signal ``time_limit_grace`` s before, KILL at it) and the stall watchdog."""
-        sup, policy, now = self.sup, self.sup.policy, time.monotonic()
-        limit = float(policy["time_limit"])
-        if limit > 0 and not self.limit_signalled and now - sup.first_start >= limit - float(policy["time_limit_grace"]):
-            self.limit_signalled = self.flags["timed_out"] = True
-            self.signal(str(policy["time_limit_signal"]))
-            self.kill_at = sup.first_start + limit
-            sup.set_state("stopping", event="timeout")
-        stall = float(policy["stall_timeout"])
-        if stall > 0 and not self.flags["stalled"] and not self.flags["timed_out"] and now - self.progress >= stall:
-            self.flags["stalled"] = True
-            sup.set_state("stalled", event="stalled")
-            if policy["stall_action"] in ("stop", "restart"):
-                self.flags["stall_restart"] = policy["stall_action"] == "restart"
-                self.signal("TERM")
-                self.kill_at = now + STALL_KILL_AFTER
-                sup.set_state("stopping")
-        if self.kill_at is not None and now >= self.kill_at:
-            self.signal("KILL")
-            self.kill_at = None
-
-    def run(self) -> tuple[int, dict[str, bool]]:
-        """Watch until the attempt ends; its status and how it ended."""
-        while True:
-            status = parent.wait_job(self.proc, TICK)
-            self.output()
-            self.sup.tick()
-            if status is not None:
-                self.flags["stopped"] = parent.stop_signal_of(self.sup.run_dir) is not None
-                self.flags["signalled"] = bool(self.sup.received)  # the pane was told to end (tmux kill-session: HUP)
-                return status, self.flags
-            self.limits()
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 class Supervisor:
@@ -216,7 +113,7 @@ class Supervisor:
         error_file = os.path.join(self.run_dir, f"attempt-{number}-error.json")
         extra = {"TRAINOPS_ATTEMPT": str(number), "TRAINOPS_RESTARTS": str(number - 1), "TRAINOPS_SESSION_NAME": self.name,
                  "TORCHELASTIC_ERROR_FILE": env.get("TORCHELASTIC_ERROR_FILE", error_file)}
-        oom_before, size = _job_end.oom_kills(), _size(self.log_path)
+        oom_before, size = _job_end.oom_kills(), size_of(self.log_path)
         proc = parent.start_job(self.job, self.log, dict(env, **extra))
         self.state.update(attempt=number, restarts=number - 1, next_restart_at=None)
         if isinstance(proc, int):

@@ -108,7 +108,7 @@ def _new_session(spec: LaunchSpec, target: Target, started_at: str) -> str:
 
 
 def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
-    """Until the job's group exists or it already ended (at most START_WAIT s); ended: its pane is dead or gone."""
+    """Until the job's group exists or it already ended (at most START_WAIT s); ended: its exit record is there."""
     pgid_file = os.path.join(spec.run_dir, "pgid")
     log = spec.log_path or ""
     deadline = time.monotonic() + START_WAIT
@@ -121,7 +121,7 @@ def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
         time.sleep(TICK / 10)
     facts = {"state": "running", "job_pgid": pgid}
     record = read_exit_record(log, spec.run_dir)
-    if record is not None and target.tmux.display(spec.session_name, "#{pane_dead}") in (None, "1"):
+    if record is not None:  # this launch's (the start rotated or removed any earlier one): the supervisor is ending
         facts.update(state="finished", exit_status=record.get("exit_status", ""))
     return facts
 
