@@ -430,7 +430,7 @@ def test_only_the_last_200_lines_count(tmp_path: Path) -> None:
 def test_the_cut_first_line_of_the_window_is_dropped(tmp_path: Path) -> None:
     """A line the 64 KiB window starts inside is not a line: here its rest would read as a traceback's start."""
     body = traceback("ValueError: in a partial line").encode()
-    filler = b"".join(b"." * 999 + b"\n" for _ in range(64))
+    filler = b"".join(b"." * 999 + b"\n" for _line in range(64))
     pad = _job_end.TAIL_BYTES - len(body) - len(filler)
     path = tmp_path / "train.log"
     path.write_bytes(b"#" * 100 + b"x" + body + filler + b"." * (pad - 1) + b"\n")  # the window starts at body's "T"

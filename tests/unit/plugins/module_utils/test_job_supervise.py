@@ -207,7 +207,7 @@ def test_a_stop_during_the_restart_delay_ends_the_job_at_once(tmp_path: Path) ->
 def test_a_hangup_of_the_pane_is_not_restarted(tmp_path: Path) -> None:
     job = Job(tmp_path, "sleep 100", restart="always", restart_delay=0.05)
     with job.start() as proc:
-        _wait_for(lambda: (job.run_dir / "pgid").exists())
+        _wait_for((job.run_dir / "pgid").exists)
         proc.send_signal(signal.SIGHUP)  # what tmux kill-session does to the pane's process
         assert proc.wait(timeout=10) == 129
     assert job.record()["attempts"] == "1"
