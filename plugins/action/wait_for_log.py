@@ -12,6 +12,14 @@ wait fails posts it on the fleet board (``plugin_utils/_fleet_board.py``), and e
 runs its chunk in a thread and looks at the board meanwhile (``plugin_utils/_fleet_wait.py``), ends its
 wait at once with the verdict ``fleet_failed``, naming the member that failed first. Its chunk still
 running in the container ends by itself within ``CHUNK_SECONDS`` (it only reads).
+
+With ``wait_until: finished`` the chunks go on after the start until the job ends; once a chunk saw the
+start (``proven_line``), the next ones look for it no more (a pattern that never matches), and the task's
+result keeps the first chunk's ``proven_line`` and ``proof_recorded``. With ``show_lines`` (the default
+with ``finished``) each chunk returns the log's new lines (``new_lines``), which this plugin prints as
+they come, prefixed with ``[HOST] `` when the play has more than one host, and leaves out of the result;
+the module then ends a chunk ``LINES_FLUSH`` (2 s) after it first read a new line, so that lines are
+shown soon, and at most one module run per 2 s is made while output flows.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     check_options,
     message,
     reason,
+    show_lines,
     subject,
     where,
 )
@@ -69,6 +78,22 @@ def progress_line(host: str, args: t.Mapping[str, t.Any], result: t.Mapping[str,
     return f"[{host}] wait_for_log {who}{where(args)}: {elapsed:.0f} s of {args['timeout']:g} s, {log}, {alive}"
 
 
+def line_prefix(host: str, task_vars: t.Mapping[str, t.Any]) -> str:
+    """``[HOST] `` before each shown log line when the play has more than one host, else nothing."""
+    hosts = task_vars.get("ansible_play_hosts_all") or []
+    return f"[{host}] " if len(hosts) > 1 else ""
+
+
+def show_new_lines(res: dict[str, t.Any], prefix: str) -> None:
+    """Print a chunk's new log lines (show_lines) and take them out of its result."""
+    lines = res.pop("new_lines", None) or []
+    omitted = res.pop("lines_omitted", None) or 0
+    if omitted:
+        display.display(f"{prefix}... {omitted} lines not shown")
+    for line in lines:
+        display.display(f"{prefix}{line}")
+
+
 def _who(args: t.Mapping[str, t.Any]) -> str:
     return f"session {args['session_name']}" if args.get("session_name") else f"log {args['log_path']}"
 
@@ -96,6 +121,7 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+    _line_prefix = ""
 
     def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
         """Validate the options (regexes included) before any pct call, then wait."""
@@ -110,8 +136,10 @@ class ActionModule(ActionBase):
             return result
         task_vars = task_vars or {}
         host = str(task_vars.get("inventory_hostname", "localhost"))
+        self._line_prefix = line_prefix(host, task_vars)
         # for the messages: a container if the host has pct_vmid, on its node
         args = dict(args, host=host, pct_vmid=task_vars.get("pct_vmid"), pct_node=task_vars.get("pct_node") if task_vars.get("pct_vmid") is not None else None)
+        args["show_lines"] = show_lines(args)
         if args.get("fleet_id") is None:
             result.update(self._wait(args, task_vars, host, None))
             return result
@@ -173,10 +201,11 @@ class ActionModule(ActionBase):
         started = time.monotonic()
         deadline = started + args["timeout"]
         offset, calls = args["offset"], 0
+        chunk_args, proof = args, {}  # wait_until finished: once the start is seen, the chunks look for it no more
         while True:
             remaining = deadline - time.monotonic()
             try:
-                res, peer, ran = self._one_chunk(args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, member)
+                res, peer, ran = self._one_chunk(chunk_args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, member)
                 if res is not None and not module_answered(res):  # killed with its container, or no Python there
                     self._raise_if_stopped(args, res)
             except ContainerNotRunning as exc:  # it stopped between two chunks, or during one
@@ -188,6 +217,11 @@ class ActionModule(ActionBase):
                 raise AnsibleConnectionFailure(msg) from None
             calls += ran
             elapsed = time.monotonic() - started
+            if res is not None:
+                show_new_lines(res, self._line_prefix)
+                if not proof and res.get("proven_line") is not None:
+                    proof = {"proven_line": res["proven_line"], "proof_recorded": bool(res.get("proof_recorded"))}
+                    chunk_args = dict(args, pattern=NEVER)
             if peer is not None:
                 return {"failed": True, "verdict": "fleet_failed", "fleet_failure": peer, "elapsed": round(elapsed, 3),
                         "pct_calls": calls, "msg": cut_short_message(args, peer, elapsed)}
@@ -198,6 +232,8 @@ class ActionModule(ActionBase):
             display.display(progress_line(host, args, res, elapsed))
         if "verdict" in res:
             res.update(elapsed=round(elapsed, 3), pct_calls=calls)
+            if args["wait_until"] == "finished":
+                self._keep_proof(res, proof)
             res["msg"] = message(res, args)
             res["reason"] = reason(res, args)
             # ansible-core 2.19+ keeps the module's own failure summary (with the chunk's msg) here
@@ -211,6 +247,16 @@ class ActionModule(ActionBase):
             res = self._watch_after_proof(args, task_vars, member, res, deadline)
         return res
 
+    @staticmethod
+    def _keep_proof(res: dict[str, t.Any], proof: t.Mapping[str, t.Any]) -> None:
+        """wait_until finished: the result tells the start seen in any chunk; matched_line is that line unless fail_pattern's."""
+        if proof:
+            res["proven_line"] = proof["proven_line"]
+            res["proof_recorded"] = bool(proof["proof_recorded"] or res.get("proof_recorded"))
+        res.setdefault("proven_line", None)
+        if res.get("verdict") != "fail_pattern":
+            res["matched_line"] = res["proven_line"]
+
     def _watch_after_proof(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], member: FleetMember,
                            proof: dict[str, t.Any], deadline: float) -> dict[str, t.Any]:
         """While other members still wait, watch this proven job: its death (or fail_pattern) fails the fleet too."""
@@ -222,6 +268,7 @@ class ActionModule(ActionBase):
                               lambda: not member.others_waiting() or member.peer_failure() is not None)
             if watch is None:
                 break
+            show_new_lines(watch, self._line_prefix)
             proof["pct_calls"] = proof.get("pct_calls", 0) + 1
             if watch.get("verdict") == "died" and watch.get("exit_status") == 0:
                 return proof  # it finished, successfully (a short job, or a rank done early): nothing to fail

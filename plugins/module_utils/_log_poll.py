@@ -8,16 +8,28 @@ first verdict or at the end of the chunk (``duration`` seconds): ``started`` (pa
 output line without a pattern), ``fail_pattern``, ``died`` (the session ended or is gone, or an exit
 record appeared), ``pending`` (the caller decides whether that is a timeout). It returns the facts
 ``_log_wait.result_from_facts`` reads, the session's state decided by ``_tmux_cli.session_state``.
+
+With ``wait_until: finished`` the start (pattern, or the first output) is only noted (``proven_line``,
+and recorded on a live session as with ``started``) and the chunk goes on until the job ends:
+``finished`` (exit record with exit status 0) or ``failed`` (any other end), ``fail_pattern`` or ``pending``.
+With ``show_lines`` the chunk also returns its new lines (``new_lines``: the last ``NEW_LINES_MAX`` of them,
+at most ``NEW_LINES_BYTES``, protocol lines left out; ``lines_omitted`` counts the others), and ends
+``LINES_FLUSH`` seconds after it first read one, so that they are shown soon (one module run per
+``LINES_FLUSH`` seconds at most while output flows).
+
+Recording a proof sets ``@trainops_proven`` on the session and writes ``RUN_DIR/proven`` (the time), which
+the job's supervisor turns into its ``proven`` notification (docs/job-life.md).
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import time
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import PROTOCOL, now, read_exit_record
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import PROTOCOL, now, read_exit_record, write_whole
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import pid_alive, show, tree
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root, session_state
 
@@ -25,6 +37,10 @@ PROTO = PROTOCOL.encode("ascii")
 READ_MAX = 4 << 20
 MAX_LINE = 1 << 20
 _SEP = "\037"
+# show_lines: a chunk's new lines (the last ones), their size in bytes, and how soon after the first one it returns
+NEW_LINES_MAX = 1000
+NEW_LINES_BYTES = 256 << 10
+LINES_FLUSH = 2.0
 
 
 def find_pane(tmux: Tmux, session: str) -> tuple[str, int | None, str]:
@@ -75,6 +91,58 @@ def scan(lines: list[bytes], pattern: t.Optional[t.Pattern[str]], fail: t.Option
     return None, None
 
 
+def scan_to_end(lines: list[bytes], pattern: t.Optional[t.Pattern[str]], fail: t.Optional[t.Pattern[str]],
+                proven: bool) -> tuple[str | None, bytes | None, bytes | None]:
+    """wait_until finished: (fail_pattern or None, its line, the first line that proves the start unless ``proven``)."""
+    proof = None
+    if proven and fail is None:
+        return None, None, None  # nothing left to look for in the lines
+    for line in lines:
+        if line.startswith(PROTO):
+            continue
+        text = line.decode("utf-8", "replace").rstrip("\r")
+        if fail is not None and fail.search(text):
+            return "fail_pattern", line, proof
+        if not proven and proof is None and (pattern is None or pattern.search(text)):
+            proof = line
+    return None, None, proof
+
+
+def end_verdict(record: t.Optional[t.Mapping[str, str]]) -> str:
+    """wait_until finished: ``finished`` for exit status 0 (and, when the record has one, end_state finished), else ``failed``."""
+    if record is None or (record.get("exit_status") or "").strip() != "0":
+        return "failed"
+    return "finished" if (record.get("end_state") or "finished").strip() == "finished" else "failed"
+
+
+class NewLines:
+    """show_lines: the new lines of one chunk, protocol lines left out; the last ones within the limits."""
+
+    def __init__(self) -> None:
+        self.lines: collections.deque[str] = collections.deque()
+        self.size = 0
+        self.omitted = 0
+        self.first_at: float | None = None
+
+    def add(self, lines: list[bytes], when: float) -> None:
+        """Keep the lines (as results show them) and when the first one came."""
+        for line in lines:
+            if line.startswith(PROTO):
+                continue
+            text = show(line)
+            self.lines.append(text)
+            self.size += len(text.encode("utf-8", "surrogateescape"))
+            if self.first_at is None:
+                self.first_at = when
+            while len(self.lines) > NEW_LINES_MAX or self.size > NEW_LINES_BYTES:
+                self.size -= len(self.lines.popleft().encode("utf-8", "surrogateescape"))
+                self.omitted += 1
+
+    def due(self) -> float | None:
+        """When the chunk returns to show them: ``LINES_FLUSH`` after the first one (None: no line yet)."""
+        return None if self.first_at is None else self.first_at + LINES_FLUSH
+
+
 def tail(path: str, count: int) -> list[bytes]:
     """The last ``count`` lines of the file."""
     if count <= 0:
@@ -111,6 +179,9 @@ class _Watch:
         if self.session:
             self.state, self.pid, opt_log = find_pane(self.tmux, self.session)
         self.log = params.get("log_path") or opt_log or (read_text(os.path.join(self.run_dir, "log_path")) if self.run_dir else "") or ""
+        # wait_until finished: the line that proved the start in this chunk, and whether the proof was recorded
+        self.proof: bytes | None = None
+        self.proof_recorded: bool | None = None
 
     def exit_record(self) -> dict[str, str] | None:
         return read_exit_record(self.log, self.run_dir) if self.log else None
@@ -121,12 +192,23 @@ class _Watch:
         return record is not None or self.state not in ("alive", "none")
 
     def mark_proven(self) -> bool:
-        """Record on the session that its start is proven (``@trainops_proven``)."""
-        return self.tmux.set_option(self.session, "@trainops_proven", now())
+        """Record that the start is proven: ``@trainops_proven`` on the session, and ``RUN_DIR/proven`` for its supervisor."""
+        stamp = now()
+        recorded = self.tmux.set_option(self.session, "@trainops_proven", stamp)
+        if self.run_dir:
+            write_whole(os.path.join(self.run_dir, "proven"), stamp + "\n", 0o600)  # a failure changes nothing: no notification
+        return recorded
+
+    def prove(self, line: bytes) -> None:
+        """wait_until finished: the start is seen (``line``); recorded at once while the session lives."""
+        self.proof = line
+        if self.state == "alive" and self.params.get("record_proof", True):
+            self.proof_recorded = self.mark_proven()
 
 
-def _loop(watch: _Watch, started: float) -> tuple[str, bytes | None, int, int | None, dict[str, str] | None]:
+def _loop(watch: _Watch, started: float, shown: NewLines | None) -> tuple[str, bytes | None, int, int | None, dict[str, str] | None]:
     params = watch.params
+    to_end = params.get("wait_until") == "finished"
     pattern = re.compile(params["pattern"]) if params.get("pattern") is not None else None
     fail = re.compile(params["fail_pattern"]) if params.get("fail_pattern") is not None else None
     offset, deadline = int(params["offset"]), started + float(params["duration"])
@@ -134,15 +216,25 @@ def _loop(watch: _Watch, started: float) -> tuple[str, bytes | None, int, int | 
         record = watch.exit_record()
         ended = watch.ended(record)
         lines, offset, size, more = read_new(watch.log, offset)
-        verdict, line = scan(lines, pattern, fail)
+        if shown is not None:
+            shown.add(lines, time.monotonic())
+        if to_end:
+            verdict, line, proof = scan_to_end(lines, pattern, fail, watch.proof is not None)
+            if proof is not None:
+                watch.prove(proof)
+        else:
+            verdict, line = scan(lines, pattern, fail)
         if verdict is None and ended and not more:
-            verdict, record = "died", record or watch.exit_record()
-        if verdict is None and time.monotonic() >= deadline:
+            record = record or watch.exit_record()
+            verdict = end_verdict(record) if to_end else "died"
+        due = shown.due() if shown is not None else None  # show_lines: return soon after the first new line
+        until = deadline if due is None else min(deadline, due)
+        if verdict is None and time.monotonic() >= until:
             verdict = "pending"
         if verdict is not None:
             return verdict, line, offset, size, record
         if not more:
-            time.sleep(max(0.0, min(float(params["sleep"]), deadline - time.monotonic())))
+            time.sleep(max(0.0, min(float(params["sleep"]), until - time.monotonic())))
 
 
 def poll(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
@@ -151,15 +243,25 @@ def poll(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     watch = _Watch(params)
     facts: dict[str, t.Any] = {"offset": str(params["offset"]), "log_path": watch.log, "tail": [], "ps": [], "exit": {}}
     size: int | None = os.path.getsize(watch.log) if watch.log and os.path.isfile(watch.log) else None
+    to_end = params.get("wait_until") == "finished"
+    shown = NewLines() if params.get("show_lines") else None
     if not watch.log or watch.state == "tmux_missing":  # no tmux session can have written this log: its lines prove nothing
         verdict, line, record = "died", None, (read_exit_record(watch.log, None) if watch.log else None)
+        if to_end:
+            verdict = end_verdict(record)
     else:
-        verdict, line, offset, size, record = _loop(watch, started)
+        verdict, line, offset, size, record = _loop(watch, started, shown)
         facts["offset"] = str(offset)
     if verdict == "started" and watch.state == "alive" and params.get("record_proof", True):
         facts["proof_recorded"] = "1" if watch.mark_proven() else "0"
+    if to_end:
+        facts["proven_line"] = show(watch.proof) if watch.proof is not None else None
+        if watch.proof_recorded is not None:
+            facts["proof_recorded"] = "1" if watch.proof_recorded else "0"
+    if shown is not None:
+        facts.update(new_lines=list(shown.lines), lines_omitted=str(shown.omitted))
     facts.update(verdict=verdict, session=watch.state, log_exists="0" if size is None else "1", exit=record or {})
-    running = watch.state == "alive" and verdict != "died"
+    running = watch.state == "alive" and verdict not in ("died", "finished", "failed")
     if watch.session:
         facts["state"] = session_state(running, watch.log, watch.run_dir, in_tmux=watch.state == "ended")
     else:  # a log without a session: only its exit record can tell

@@ -4,9 +4,12 @@
 
 The action plugin (controller) checks the options, regexes included, before anything runs, then calls
 the module in chunks; the module (on the host the log is on) runs one chunk with ``_log_poll.poll``
-and turns its facts into a result (``result_from_facts``). Verdicts: ``started`` (pattern seen, or any
-output line without a pattern), ``fail_pattern``, ``died`` (the session ended or is gone, or an exit
-record appeared), ``timeout``. Patterns are Python regular expressions, everywhere.
+and turns its facts into a result (``result_from_facts``). Verdicts with ``wait_until: started``:
+``started`` (pattern seen, or any output line without a pattern), ``fail_pattern``, ``died`` (the session
+ended or is gone, or an exit record appeared), ``timeout``. With ``wait_until: finished`` the wait goes on
+after the start until the job ends: ``finished`` (exit status 0), ``failed`` (any other end, or no job to
+wait for), ``fail_pattern``, ``timeout`` (the job still runs; nothing stops it). Patterns are Python
+regular expressions, everywhere.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ CHUNK_SECONDS = 10.0
 MAX_SLEEP = 1.0
 MAX_TAIL_LINES = 10000
 MSG_TAIL_LINES = 5
+WAIT_UNTIL = ("started", "finished")
+# Verdicts of a wait that saw the job end (its session is not alive any more).
+ENDED = ("died", "finished", "failed")
+# Verdicts that are a success: the task does not fail.
+SUCCESS = ("started", "finished")
 
 ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "session_name": {"type": "str"},
@@ -32,6 +40,9 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "sleep": {"type": "float", "default": 0.5},
     "tail_lines": {"type": "int", "default": 40},
     "offset": {"type": "int", "default": 0},
+    "wait_until": {"type": "str", "default": "started", "choices": list(WAIT_UNTIL)},
+    # None: true with wait_until finished, false with started (show_lines() resolves it)
+    "show_lines": {"type": "bool"},
     # the action plugin's (controller side): the module never sees it
     "fleet_id": {"type": "str"},
 }
@@ -71,6 +82,13 @@ def check_options(params: t.Mapping[str, t.Any]) -> list[str]:
     return errors
 
 
+def show_lines(params: t.Mapping[str, t.Any]) -> bool:
+    """Whether the wait shows the log's new lines: ``show_lines``, by default only with ``wait_until: finished``."""
+    if params.get("show_lines") is not None:
+        return bool(params["show_lines"])
+    return params.get("wait_until") == "finished"
+
+
 def poll_parameters(params: t.Mapping[str, t.Any], duration: float, offset: int) -> dict[str, t.Any]:
     """What the in-container loop needs, from the module's options."""
     return {
@@ -84,6 +102,8 @@ def poll_parameters(params: t.Mapping[str, t.Any], duration: float, offset: int)
         "offset": int(offset),
         # check mode writes nothing: no @trainops_proven on the session
         "record_proof": bool(params.get("record_proof", True)),
+        "wait_until": params.get("wait_until") or "started",
+        "show_lines": show_lines(params),
     }
 
 
@@ -91,7 +111,7 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
     """The task result (without ``msg``) from the facts of the last chunk."""
     verdict = facts.get("verdict", "died")
     exit_info = facts.get("exit", {})
-    return {
+    result = {
         "verdict": "timeout" if verdict == "pending" else verdict,
         "elapsed": round(elapsed, 3),
         "matched_line": facts.get("matched_line"),
@@ -101,7 +121,7 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
         "log_size": to_int(facts.get("log_size")),
         "offset": to_int(facts.get("offset")) or 0,
         "session_state": facts.get("state", "unknown"),
-        "session_alive": facts.get("session") == "alive" and verdict != "died",
+        "session_alive": facts.get("session") == "alive" and verdict not in ENDED,
         "tmux_missing": facts.get("session") == "tmux_missing",
         "pane_pid": to_int(facts.get("pane_pid")),
         "exit_status": to_int(exit_info.get("exit_status")),
@@ -110,7 +130,19 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
         "process_tree": list(facts.get("ps", [])),
         "pct_calls": chunks,
         "proof_recorded": facts.get("proof_recorded") == "1",
+        # the exit record's keys of the supervisor (docs/job-life.md): None when the record has none
+        "attempts": to_int(exit_info.get("attempts")),
+        "end_state": exit_info.get("end_state"),
+        "cause": exit_info.get("cause"),
+        "end_reason": exit_info.get("reason"),
+        "signal": exit_info.get("signal"),
     }
+    if "proven_line" in facts:  # wait_until finished: the line that proved the start in this chunk, if any
+        result["proven_line"] = facts["proven_line"]
+    if "new_lines" in facts:  # show_lines: the chunk's new lines, for the action plugin to print
+        result["new_lines"] = list(facts["new_lines"])
+        result["lines_omitted"] = to_int(facts.get("lines_omitted")) or 0
+    return result
 
 
 def where(params: t.Mapping[str, t.Any]) -> str:
@@ -191,6 +223,62 @@ def _timeout_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any
             f"{_log_state(result)}; {session}{_tail(result)}; raise timeout if the job starts slowly, or look at the job")
 
 
+def _log_size(result: t.Mapping[str, t.Any]) -> str:
+    if not result["log_path"]:
+        return "the log path is unknown"
+    if not result["log_exists"]:
+        return f"log {result['log_path']} does not exist"
+    return f"log {result['log_path']} ({result['log_size']} bytes)"
+
+
+def _still_running_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str:
+    """wait_until finished, timeout: the job still runs (or nobody can tell), and nothing stopped it."""
+    if result["session_alive"]:
+        procs = [" ".join(line.split())[:160] for line in result["process_tree"][1:]]
+        running = f"the job still runs (pane_pid {result['pane_pid']}"
+        running += f", {len(procs)} processes: " + " || ".join(procs[:5]) + ")" if procs else ")"
+    else:
+        running = "whether the job still runs is unknown (no session_name was given)"
+    if result.get("proven_line") is not None:
+        start = f"its start was proven by {result['proven_line']!r}"
+    else:
+        start = f"{_expected(params)} was not seen in the log during the wait"
+    return (f"Timed out after {params['timeout']:g} s waiting for the job in {subject(params)} to end: {running}, and it was "
+            f"not stopped; {start}; {_log_size(result)}{_tail(result)}; wait longer (raise timeout), or stop the job "
+            "(playbooks/stop.yml)")
+
+
+def _end_notes(result: t.Mapping[str, t.Any]) -> str:
+    """`` (reason: ..., 3 attempts, stopped by trainops)`` from the exit record, or nothing."""
+    notes = []
+    if result.get("end_reason"):
+        notes.append(f"reason: {result['end_reason']}")
+    elif result.get("signal"):
+        notes.append(f"signal {result['signal']}")
+    if (result.get("attempts") or 0) > 1:
+        notes.append(f"{result['attempts']} attempts")
+    if result.get("stopped_by"):
+        notes.append(f"stopped by {result['stopped_by']}")
+    return f" ({', '.join(notes)})" if notes else ""
+
+
+def _failed_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str:
+    """wait_until finished: the job ended in any other way than exit status 0 (or there is no job to wait for)."""
+    what, when = subject(params), f"after {result['elapsed']:.1f} s"
+    state = result["session_state"]
+    if state == "finished":
+        how = f"exit status {result['exit_status']}" if result["exit_status"] is not None else "the job ended without an exit status"
+        fix = "launch it again" if result.get("stopped_by") else "fix the job and launch it again"
+        return f"Job failed in {what}: {how} {when}{_end_notes(result)}{_tail(result)}; {fix}"
+    if result["tmux_missing"]:
+        return f"Cannot watch {what}: tmux is not installed there; install it (role trainops.pct_launch.tmux) and launch the job"
+    if state == "vanished":
+        return (f"Job failed in {what}: the session is gone without an exit status {when} (tmux killed, SIGKILL, "
+                f"or the container restarted){_tail(result)}; launch the job again")
+    return (f"Cannot find {what}: no tmux session of that name is running and {_log_state(result)}; "
+            "check session_name and log_path, and that the job was launched")
+
+
 def message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str:
     """The task's ``msg`` for a result: ``<what failed> <object>: <cause>; <fix>`` (or what succeeded)."""
     verdict = result["verdict"]
@@ -200,6 +288,13 @@ def message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str
     if verdict == "fail_pattern":
         return (f"Job failed in {subject(params)}: a log line matches fail_pattern {params['fail_pattern']!r} "
                 f"after {result['elapsed']:.1f} s: {result['matched_line']!r}{_tail(result)}; fix the job and launch it again")
+    if verdict == "finished":
+        attempts = f" ({result['attempts']} attempts)" if (result.get("attempts") or 0) > 1 else ""
+        return f"Job finished in {subject(params)}: exit status 0 after {result['elapsed']:.1f} s{attempts}"
+    if verdict == "failed":
+        return _failed_message(result, params)
     if verdict == "timeout":
+        if params.get("wait_until") == "finished":
+            return _still_running_message(result, params)
         return _timeout_message(result, params)
     return _died_message(result, params)

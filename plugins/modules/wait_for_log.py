@@ -7,22 +7,27 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: wait_for_log
-short_description: Wait until a job proves in its log that it started, on the target host (a Proxmox VE container, a server)
+short_description: Wait until a job proves in its log that it started, or until it ends, on the target host (a Proxmox VE container, a server)
 version_added: 0.1.0
 author:
   - trainops contributors (!UNKNOWN)
 description:
   - Waits until the log of a job launched in a tmux session (for example by M(trainops.pct_launch.tmux_session))
     shows that the job really started, and fails fast with the job's exit status when the job dies first.
+  - With O(wait_until=finished) it waits on after the start until the job ends, and succeeds only when the job ended
+    with exit status V(0), as the step of a CI pipeline that runs a job to its end needs. The log's lines are then shown as they
+    come (O(show_lines)).
   - The module runs on the host the task targets, where the log is (a Proxmox VE container reached with the
     C(trainops.pct_launch.pct) connection, an C(ssh) host or C(localhost)); it needs Python 3.7 or later there.
   - The waiting loop runs on the target, so a wait costs one module run (one C(pct exec)) per chunk of up to 10 seconds,
     not one per poll. A healthy job whose O(pattern) appears within the first chunk costs exactly one C(pct exec).
-    The action plugin runs chunks until the verdict or O(timeout), printing a progress line after each chunk.
+    The action plugin runs chunks until the verdict or O(timeout), printing a progress line after each chunk
+    that ends without a verdict (at least every 15 seconds).
   - The log is read incrementally (each byte once) and only whole lines are matched.
     The protocol lines the job's parent writes (header and trailer, starting with C(### trainops.pct_launch:)) never match.
-  - Verdicts (RV(verdict)) are V(started) (success), V(died) (the session ended, or C(LOG.exit) appeared, before the
-    pattern; reported within one poll interval O(sleep) whatever O(timeout) is), V(fail_pattern) and V(timeout).
+  - Verdicts (RV(verdict)) with O(wait_until=started) are V(started) (success), V(died) (the session ended, or C(LOG.exit)
+    appeared, before the pattern; reported within one poll interval O(sleep) whatever O(timeout) is), V(fail_pattern) and V(timeout).
+  - Verdicts with O(wait_until=finished) are V(finished) (success), V(failed), V(fail_pattern) and V(timeout) (see O(wait_until)).
   - O(pattern) and O(fail_pattern) are Python regular expressions (module C(re)), checked on the controller before anything runs on the target.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
@@ -43,16 +48,23 @@ options:
     description:
       - Python regular expression (searched in each whole log line) meaning that the job started, for example V(Epoch 1/).
       - When not set, the first log line after the header line is enough.
+      - With O(wait_until=finished) it has no role in the verdict and does not end the wait; the first line matching it
+        (without it, the first output line) is still recorded as the proof of the start (see the notes) and returned in
+        RV(proven_line).
     type: str
   fail_pattern:
     description:
       - Python regular expression meaning that the job failed, for example V(Traceback|CUDA out of memory).
       - When a line matches both, O(fail_pattern) wins. Lines are judged in log order.
+      - With O(wait_until=finished) too, a matching line ends the wait at once (RV(verdict) V(fail_pattern)); the job is
+        not stopped.
     type: str
   timeout:
     description:
       - Seconds to wait in total for the verdict.
       - A job that dies is reported within one poll interval, however long O(timeout) is.
+      - With O(wait_until=finished), how long the job may take to end. A job still running then is not stopped
+        (RV(verdict) V(timeout)).
     type: float
     default: 600
   sleep:
@@ -68,9 +80,37 @@ options:
   offset:
     description:
       - Byte offset in the log where reading starts; lines before it are not matched.
-      - The action plugin passes it from one chunk to the next; set it yourself only to skip older content of an appended log.
+      - The action plugin passes it from one chunk to the next; set it yourself only to skip older content of an appended log,
+        or, with O(show_lines), to show only lines written after it (C(playbooks/logs.yml) passes the log's size that
+        M(trainops.pct_launch.tmux_session_info) reported, so that the tail it showed is not shown again).
     type: int
     default: 0
+  wait_until:
+    description:
+      - What the wait waits for.
+      - V(started) ends the wait when the job proved its start (O(pattern), or its first output), as described above.
+      - V(finished) goes on after the start until the job ends. RV(verdict) is then V(finished) when the job ended with
+        exit status V(0) (when the exit record has an C(end_state), it must be V(finished) too), a success; V(failed)
+        for any other end (an exit status, a signal, the session gone without an exit record, no such session or log);
+        V(fail_pattern) as soon as a line matches O(fail_pattern); V(timeout) when the job still runs after O(timeout)
+        seconds (the job is not stopped).
+      - A job that already ended when the wait begins gives its verdict at once, from its exit record.
+      - The result then carries the keys of the exit record that the job's supervisor writes, when it has them
+        (RV(attempts), RV(end_state), RV(cause), RV(end_reason), RV(signal)), and the message of V(failed) uses them.
+    type: str
+    choices: [started, finished]
+    default: started
+  show_lines:
+    description:
+      - Print the log's new lines as they come, during the wait, each prefixed with C([HOST]) and a space when the play
+        has more than one host, as they are otherwise. The protocol lines of the job's parent (C(### trainops.pct_launch:))
+        are not shown.
+      - A chunk then ends about 2 seconds after it first read a new line, so that lines are shown soon. While output
+        flows, that is one module run (one C(pct exec)) per 2 seconds at most, instead of one per 10 seconds.
+      - A chunk shows at most 1000 lines (256 KiB), the last ones; a line C(... N lines not shown) counts the others.
+        Bytes that are not UTF-8 are shown as U+FFFD; lines longer than 2000 characters are shortened.
+      - When not set, V(true) with O(wait_until=finished), V(false) with O(wait_until=started).
+    type: bool
   fleet_id:
     description:
       - Makes this wait one member of a fleet-wide wait. The waits of every container given the same O(fleet_id) in one
@@ -90,8 +130,8 @@ options:
 attributes:
   check_mode:
     description:
-      - Can run in check mode. The wait only reads, so it waits in check mode too; the verdict V(started) is then not
-        recorded on the session (RV(proof_recorded) is V(false)), so check mode writes nothing.
+      - Can run in check mode. The wait only reads, so it waits in check mode too; the proof of the start is then not
+        recorded (no C(@trainops_proven), no C(RUN_DIR/proven); RV(proof_recorded) is V(false)), so check mode writes nothing.
     support: full
   diff_mode:
     description: Returns details on what has changed in diff mode.
@@ -115,9 +155,11 @@ notes:
     C(ansible.builtin.meta) V(flush_handlers) so that a job that did not start fails the play right there.
   - When the node cannot be reached during the wait, the task is unreachable, with a message naming the node and the
     session and saying that the job's start is not proven (the job may still run).
-  - With O(session_name), the verdict V(started) is recorded on the running session (tmux user option
-    C(@trainops_proven)), so that M(trainops.pct_launch.tmux_session) returns RV(trainops.pct_launch.tmux_session#module:proven=true)
-    for it and C(playbooks/launch.yml) does not prove it again.
+  - With O(session_name), the verdict V(started) (with O(wait_until=finished), the start seen in the log) is recorded on
+    the running session (tmux user option C(@trainops_proven)), so that M(trainops.pct_launch.tmux_session) returns
+    RV(trainops.pct_launch.tmux_session#module:proven=true) for it and C(playbooks/launch.yml) does not prove it again,
+    and in the file C(/run/trainops/NAME/proven) (the time), from which the job's supervisor sends its C(proven)
+    notification (docs/job-life.md of the collection).
   - When C(LOG.exit) is missing or empty (the log's file system was full when the job ended), the exit status is read from
     C(/run/trainops/NAME/exit), the copy the job's parent keeps, if the session's last launch wrote that log.
 """
@@ -151,12 +193,28 @@ EXAMPLES = r"""
 - name: Show the line that proved it
   ansible.builtin.debug:
     msg: "{{ started.matched_line }} after {{ started.elapsed }} s"
+
+# A CI pipeline's step: launch, then wait for the job's end (its log's lines shown as they come);
+# the task fails unless the job ends with exit status 0 within the hour.
+- name: Run the training job to its end
+  trainops.pct_launch.wait_for_log:
+    session_name: train
+    log_path: /workspace/train.log
+    wait_until: finished
+    fail_pattern: 'CUDA out of memory'
+    timeout: 3600
+  register: run
+
+- name: Show how it ended
+  ansible.builtin.debug:
+    msg: "{{ run.verdict }} with exit status {{ run.exit_status }} after {{ run.elapsed }} s ({{ run.end_reason | default('', true) }})"
 """
 
 RETURN = r"""
 verdict:
   description:
     - V(started), V(died), V(fail_pattern) or V(timeout). Only V(started) is a success.
+    - With O(wait_until=finished), V(finished), V(failed), V(fail_pattern) or V(timeout). Only V(finished) is a success.
     - With O(fleet_id), also V(fleet_failed) when another member of the fleet failed first.
   returned: always
   type: str
@@ -167,8 +225,10 @@ elapsed:
   type: float
   sample: 3.2
 matched_line:
-  description: The log line that matched O(pattern) or O(fail_pattern) (or the first output line without O(pattern)).
-  returned: when RV(verdict) is V(started) or V(fail_pattern)
+  description:
+    - The log line that matched O(pattern) or O(fail_pattern) (or the first output line without O(pattern)).
+    - With O(wait_until=finished), the line that matched O(fail_pattern) for that verdict, else RV(proven_line).
+  returned: when RV(verdict) is V(started) or V(fail_pattern); with O(wait_until=finished), always
   type: str
   sample: 'Epoch 1/10'
 log_tail:
@@ -236,8 +296,10 @@ process_tree:
   elements: str
 proof_recorded:
   description:
-    - Whether this wait recorded the verdict V(started) on the running session (tmux user option C(@trainops_proven)).
+    - Whether this wait recorded the verdict V(started) on the running session (tmux user option C(@trainops_proven), and
+      the file C(/run/trainops/NAME/proven)).
     - False when RV(verdict) is not V(started), when no O(session_name) was given, or when the session ended meanwhile.
+    - With O(wait_until=finished), whether it recorded the start it saw (RV(proven_line)) on the running session.
   returned: always
   type: bool
   sample: true
@@ -262,9 +324,11 @@ reason:
   sample: "Job did not start in session train in container 200: the job ended with exit status 3 after 1.2 s, ...; fix the job and launch it again"
 proven_line:
   description:
+    - With O(wait_until=finished), the line that proved the start during this wait (it matched O(pattern), or it was
+      the first output without O(pattern)), null when none was seen (an O(offset) past it, or no output).
     - With O(fleet_id), when the job proved its start and then failed while other members still waited, the line
       that proved it (RV(verdict) is then V(died) or V(fail_pattern)).
-  returned: when the job failed after its own proof in a fleet-wide wait
+  returned: with O(wait_until=finished); when the job failed after its own proof in a fleet-wide wait
   type: str
   sample: "rank 2 of 4: world [0, 1, 2, 3]"
 fleet_first:
@@ -272,6 +336,51 @@ fleet_first:
   returned: when O(fleet_id) is set and this wait failed on its own
   type: bool
   sample: true
+attempts:
+  description:
+    - How many times the job's supervisor ran the job (restarts + 1), from the exit record (C(attempts)), when the job ended.
+    - Null when the job has not ended or its exit record has no such key (records of jobs launched before the supervisor).
+  returned: always
+  type: int
+  sample: 3
+end_state:
+  description:
+    - How the job ended, from the exit record (C(end_state)), for example V(finished), V(failed), V(timeout), V(stalled),
+      V(oom_killed) or V(stopped); null when unknown.
+  returned: always
+  type: str
+  sample: oom_killed
+cause:
+  description:
+    - What ended the job, from the exit record (C(cause)), for example V(exit_status), V(signal), V(oom_kill), V(cuda_oom),
+      V(nccl), V(python_exception), V(torchelastic), V(time_limit), V(stall) or V(stop); null when unknown.
+  returned: always
+  type: str
+  sample: python_exception
+end_reason:
+  description: Why the job ended, in one line, from the exit record (C(reason)); null when unknown.
+  returned: always
+  type: str
+  sample: "ValueError: loss is NaN"
+signal:
+  description: The signal that killed the job's last attempt (for example V(KILL)), from the exit record; null when none or unknown.
+  returned: always
+  type: str
+  sample: KILL
+new_lines:
+  description:
+    - With O(show_lines), the new complete lines of the log that one chunk read (at most 1000, 256 KiB; the protocol lines
+      left out), for the action plugin, which prints them as they come.
+    - The action plugin takes them out of the task's result (they were shown already).
+  returned: by each chunk's module run to the action plugin, with O(show_lines); never in the task's result
+  type: list
+  elements: str
+  sample: ['step 10 loss 2.1', 'step 20 loss 1.9']
+lines_omitted:
+  description: With O(show_lines), how many new lines of the chunk RV(new_lines) leaves out (printed as C(... N lines not shown)).
+  returned: by each chunk's module run to the action plugin, with O(show_lines); never in the task's result
+  type: int
+  sample: 0
 """
 
 import time
@@ -283,6 +392,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli impo
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import (
     ARGUMENT_SPEC,
     REQUIRED_ONE_OF,
+    SUCCESS,
     check_options,
     message,
     poll_parameters,
@@ -300,7 +410,7 @@ def main() -> None:
     started = time.monotonic()
     facts = poll(poll_parameters(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"]))
     result = reportable(result_from_facts(facts, time.monotonic() - started))
-    if result["verdict"] == "started":
+    if result["verdict"] in SUCCESS:
         module.exit_json(changed=False, msg=message(result, params), **result)
     module.fail_json(msg=message(result, params), **result)
 

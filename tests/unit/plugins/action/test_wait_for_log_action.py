@@ -30,7 +30,7 @@ def chunk_result(verdict: str, offset: int = 0, **extra: t.Any) -> dict[str, t.A
               "log_size": offset, "session_state": "running", "session_alive": True, "tmux_missing": False,
               "pane_pid": 5, "exit_status": None, "ended_at": None, "stopped_by": None, "process_tree": [],
               "matched_line": None, "elapsed": 0.1, "pct_calls": 1, "msg": "chunk msg"}
-    if verdict != "started":
+    if verdict not in ("started", "finished"):
         result.update(failed=True, exception="module summary")
     result.update(extra)
     return result
@@ -215,7 +215,8 @@ def test_the_module_gets_only_its_own_options() -> None:
     script = Script([chunk_result("timeout", 10), chunk_result("started", 40, matched_line="go")])
     make_action({"session_name": "train", "pattern": "go", "timeout": 60}, script).run(task_vars=dict(CT250))
     assert [set(args) for args in script.args] == [{"session_name", "log_path", "pattern", "fail_pattern", "timeout", "sleep",
-                                                    "tail_lines", "offset"}] * 2
+                                                    "tail_lines", "offset", "wait_until", "show_lines"}] * 2
+    assert [(args["wait_until"], args["show_lines"]) for args in script.args] == [("started", False)] * 2
 
 
 def test_a_host_without_pct_vmid_is_named_by_its_inventory_name(shown: list[str]) -> None:
@@ -459,3 +460,96 @@ def test_a_proven_member_whose_job_finishes_with_status_0_is_started(boards: Pat
     result = make_action(dict(MEMBER), script).run(task_vars=dict(CT361))
     assert result["verdict"] == "started" and not result.get("failed"), result
     assert fleet_board.first_failure("rdv-1") is None, "a job that finished well fails nobody"
+
+
+# wait_until finished: the wait goes on after the start until the job ends; show_lines prints the log's lines.
+
+FINISHED = {"session_name": "train", "wait_until": "finished", "timeout": 3600}
+TWO_HOSTS = dict(CT250, ansible_play_hosts_all=["ct250", "ct251"])
+
+
+def test_show_lines_defaults_to_the_wait_until(shown: list[str]) -> None:
+    for args, expected in (({}, False), ({"wait_until": "finished"}, True), ({"wait_until": "finished", "show_lines": False}, False),
+                           ({"show_lines": True}, True)):
+        script = Script([chunk_result("started", 40, matched_line="go")] if args.get("wait_until") != "finished" else
+                        [chunk_result("finished", 40, exit_status=0, session_state="finished", session_alive=False)])
+        make_action({"session_name": "train", **args}, script).run(task_vars=dict(CT250))
+        assert script.args[0]["show_lines"] is expected, (args, script.args)
+
+
+def test_waiting_for_the_end_goes_on_after_the_proof(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 10, proven_line="step 1", proof_recorded=True, new_lines=["step 1"], lines_omitted=0),
+                     chunk_result("timeout", 25, proven_line=None, proof_recorded=False, new_lines=["step 2", "step 3"], lines_omitted=0),
+                     chunk_result("finished", 40, proven_line=None, proof_recorded=False, exit_status=0, session_state="finished",
+                                  session_alive=False, attempts=1, new_lines=["done"], lines_omitted=0)])
+    result = make_action(dict(FINISHED, pattern="step"), script).run(task_vars=dict(CT250))
+    assert not result.get("failed") and result["verdict"] == "finished" and result["pct_calls"] == 3, result
+    assert [args["pattern"] for args in script.args] == ["step", "(?!)", "(?!)"], "once proven, the start is looked for no more"
+    assert [args["offset"] for args in script.args] == [0, 10, 25] and all(args["wait_until"] == "finished" for args in script.args)
+    assert result["proven_line"] == "step 1" and result["matched_line"] == "step 1" and result["proof_recorded"] is True
+    assert result["msg"].startswith("Job finished in session train in container 250: exit status 0 after "), result["msg"]
+    assert "exception" not in result and "new_lines" not in result and "lines_omitted" not in result
+    assert shown == ["step 1", "[ct250] wait_for_log train in container 250: 10 s of 3600 s, log 10 bytes, session alive",
+                     "step 2", "step 3", "[ct250] wait_for_log train in container 250: 20 s of 3600 s, log 25 bytes, session alive",
+                     "done"], "bare lines with one host, in log order, each chunk's before its progress line"
+
+
+def test_waiting_for_the_end_fails_with_the_exit_record(shown: list[str]) -> None:
+    record = {"exit_status": 3, "attempts": 1, "end_state": "failed", "cause": "python_exception", "end_reason": "ValueError: NaN",
+              "signal": None}
+    script = Script([chunk_result("failed", 40, proven_line="go", proof_recorded=True, session_state="finished", session_alive=False,
+                                  log_tail=["go", "ValueError: NaN"], **record)])
+    result = make_action(dict(FINISHED), script).run(task_vars=dict(CT250))
+    assert result["failed"] and result["verdict"] == "failed" and len(script.args) == 1, result
+    assert result["msg"].startswith("Job failed in session train in container 250: exit status 3 after 0.1 s (reason: ValueError: NaN); "
+                                    "last log lines: go | ValueError: NaN; fix the job and launch it again"), result["msg"]
+    assert result["reason"] == ("Job failed in session train in container 250: exit status 3 after 0.1 s (reason: ValueError: NaN); "
+                                "fix the job and launch it again")
+    assert (result["end_state"], result["cause"], result["attempts"]) == ("failed", "python_exception", 1) and shown == []
+
+
+def test_waiting_for_the_end_times_out_without_stopping_the_job(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 10, proven_line=None, proof_recorded=False, new_lines=[], lines_omitted=0)])
+    result = make_action(dict(FINISHED, timeout=25, pattern="Epoch"), script).run(task_vars=dict(CT250))
+    assert result["failed"] and result["verdict"] == "timeout" and len(script.args) == 3 and len(shown) == 2, result
+    assert result["msg"].startswith("Timed out after 25 s waiting for the job in session train in container 250 to end: the job still "
+                                    "runs (pane_pid 5), and it was not stopped; a log line matching 'Epoch' was not seen"), result["msg"]
+    assert result["proven_line"] is None and result["matched_line"] is None and result["proof_recorded"] is False
+
+
+def test_fail_pattern_while_waiting_for_the_end_keeps_its_line(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 10, proven_line="go", proof_recorded=True),
+                     chunk_result("fail_pattern", 20, proven_line=None, matched_line="Traceback (most recent call last):")])
+    result = make_action(dict(FINISHED, fail_pattern="Traceback"), script).run(task_vars=dict(CT250))
+    assert result["failed"] and result["verdict"] == "fail_pattern" and result["matched_line"] == "Traceback (most recent call last):"
+    assert result["proven_line"] == "go" and result["proof_recorded"] is True
+
+
+def test_lines_of_a_play_of_several_hosts_name_their_host(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 10, new_lines=["step 1", "step 2"], lines_omitted=5),
+                     chunk_result("died", 20, exit_status=4, session_state="finished", session_alive=False, new_lines=["bye"], lines_omitted=0)])
+    result = make_action({"session_name": "train", "show_lines": True}, script).run(task_vars=dict(TWO_HOSTS))
+    assert result["verdict"] == "died" and "new_lines" not in result
+    assert shown == ["[ct250] ... 5 lines not shown", "[ct250] step 1", "[ct250] step 2",
+                     "[ct250] wait_for_log train in container 250: 10 s of 600 s, log 10 bytes, session alive", "[ct250] bye"]
+
+
+def test_a_play_of_one_host_shows_bare_lines_and_the_omitted_count(shown: list[str]) -> None:
+    script = Script([chunk_result("started", 10, matched_line="go", new_lines=["go"], lines_omitted=1200)])
+    make_action({"session_name": "train", "show_lines": True}, script).run(task_vars=dict(CT250, ansible_play_hosts_all=["ct250"]))
+    assert shown == ["... 1200 lines not shown", "go"]
+
+
+def test_without_show_lines_nothing_is_printed_but_progress(shown: list[str]) -> None:
+    script = Script([chunk_result("timeout", 10), chunk_result("started", 20, matched_line="go")])
+    make_action({"session_name": "train"}, script).run(task_vars=dict(TWO_HOSTS))
+    assert shown == ["[ct250] wait_for_log train in container 250: 10 s of 600 s, log 10 bytes, session alive"]
+
+
+def test_a_proven_member_shows_the_lines_it_watches(boards: Path, shown: list[str]) -> None:
+    fleet_board.mark_waiting("rdv-1", "ct362")
+    script = Script([chunk_result("started", 40, matched_line="rank 2 ready", new_lines=["rank 2 ready"], lines_omitted=0),
+                     chunk_result("died", 60, exit_status=0, session_state="finished", session_alive=False, new_lines=["done"],
+                                  lines_omitted=0)])
+    result = make_action(dict(MEMBER, show_lines=True), script).run(task_vars=dict(CT361, ansible_play_hosts_all=["ct361", "ct362"]))
+    assert result["verdict"] == "started" and shown == ["[ct361] rank 2 ready", "[ct361] done"], (result, shown)

@@ -414,3 +414,248 @@ def test_a_dead_pane_without_a_record_is_vanished_and_with_one_finished(watch: W
     watch.write(exit_record_text(name, 0, "S", "E").encode(), Path(f"{watch.log}.exit"))
     facts = watch.poll(duration=5, pattern="READY", session_name=name)
     assert facts["verdict"] == "died" and facts["state"] == "finished" and facts["exit"]["exit_status"] == "0", facts
+
+
+# ---- wait_until finished: the wait goes on after the start, until the job ends ----
+
+
+def record(status: int, **extra: str) -> bytes:
+    """An exit record, with the supervisor's extra keys (docs/job-life.md)."""
+    text = exit_record_text("train", status, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z")
+    return (text + "".join(f"{key}={value}\n" for key, value in extra.items())).encode()
+
+
+def test_finished_at_once_for_a_job_that_ended_with_status_0(watch: Watch) -> None:
+    watch.write(HEADER + b"READY\nstep 2\n" + TRAILER)
+    watch.write(record(0, attempts="1", end_state="finished", cause="exit_status", reason="exit status 0"), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, pattern="READY", wait_until="finished")
+    assert facts["verdict"] == "finished" and facts["proven_line"] == "READY", facts
+    assert _elapsed(facts) < 1, "a job that already ended gives its verdict at once"
+    assert "proof_recorded" not in facts, "no live session: nothing to record the proof on"
+    result = result_from_facts(facts, _elapsed(facts))
+    assert result["verdict"] == "finished" and result["exit_status"] == 0 and result["session_state"] == "finished"
+    assert (result["attempts"], result["end_state"], result["cause"], result["end_reason"], result["signal"]) == (
+        1, "finished", "exit_status", "exit status 0", None)
+
+
+@pytest.mark.parametrize("status, extra", [
+    (3, {}),
+    (137, {"attempts": "3", "end_state": "oom_killed", "cause": "oom_kill", "signal": "KILL", "reason": "killed by the OOM killer"}),
+    (0, {"end_state": "timeout", "cause": "time_limit", "reason": "time limit"}),  # exit status 0, but the time limit ended it
+    (0, {"end_state": "stopped", "cause": "stop"}),  # exit status 0, but stopped
+], ids=["exit-3", "oom", "time-limit-0", "stopped-0"])
+def test_failed_for_any_other_end(watch: Watch, status: int, extra: dict[str, str]) -> None:
+    watch.write(HEADER + b"loading\n")
+    watch.write(record(status, **extra), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, pattern="READY", wait_until="finished")
+    assert facts["verdict"] == "failed" and facts["proven_line"] is None and _elapsed(facts) < 1, facts
+    result = result_from_facts(facts, 1)
+    assert result["session_alive"] is False and result["exit_status"] == status and result["end_state"] == extra.get("end_state")
+
+
+def test_finished_needs_no_pattern_and_the_pattern_does_not_end_the_wait(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\nREADY\nstep 2\n")
+    facts = watch.poll(duration=0.4, pattern="READY", wait_until="finished")
+    assert facts["verdict"] == "pending" and facts["proven_line"] == "READY" and "matched_line" not in facts, facts
+    assert int(facts["offset"]) == watch.log.stat().st_size
+    assert result_from_facts(facts, 0.4)["verdict"] == "timeout"
+    watch.append(b"step 3\n" + TRAILER)
+    watch.write(record(0), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, pattern="READY", wait_until="finished", offset=int(facts["offset"]))
+    assert facts["verdict"] == "finished" and facts["proven_line"] is None, "READY was before the offset"
+
+
+def test_without_a_pattern_the_first_output_is_the_proof_while_waiting_for_the_end(watch: Watch) -> None:
+    watch.write(HEADER)
+    facts = watch.poll(duration=0.3, wait_until="finished")
+    assert facts["verdict"] == "pending" and facts["proven_line"] is None, "the header is no output"
+    watch.append(b"Epoch 1/10\nEpoch 2/10\n")
+    facts = watch.poll(duration=0.3, wait_until="finished")
+    assert facts["verdict"] == "pending" and facts["proven_line"] == "Epoch 1/10", facts
+
+
+def test_fail_pattern_ends_the_wait_for_the_end_at_once(watch: Watch) -> None:
+    watch.write(HEADER + b"READY\nTraceback (most recent call last):\nmore\n")
+    facts = watch.poll(duration=5, pattern="READY", fail_pattern="^Traceback", wait_until="finished")
+    assert facts["verdict"] == "fail_pattern" and facts["matched_line"] == "Traceback (most recent call last):", facts
+    assert facts["proven_line"] == "READY" and _elapsed(facts) < 1
+    watch.write(HEADER + b"Traceback first\nREADY\n")
+    facts = watch.poll(duration=5, pattern="READY", fail_pattern="^Traceback", wait_until="finished")
+    assert facts["verdict"] == "fail_pattern" and facts["proven_line"] is None, "lines after the failure are not judged"
+
+
+def test_a_gone_session_without_a_record_is_failed(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    facts = watch.poll(duration=5, session_name="ut-no-such-session", wait_until="finished")
+    assert facts["verdict"] == "failed" and facts["state"] == "vanished" and facts["exit"] == {}, facts
+    assert _elapsed(facts) < 1 and "proof_recorded" not in facts, "the session is gone: no proof recorded"
+
+
+def test_no_log_at_all_is_failed_while_waiting_for_the_end(watch: Watch) -> None:
+    facts = watch.poll(duration=5, log_path=None, session_name="ut-nothing", wait_until="finished")
+    assert facts["verdict"] == "failed" and facts["state"] == "absent" and _elapsed(facts) < 1, facts
+
+
+def test_tmux_missing_gives_the_verdict_of_the_exit_record(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_tmux_cli, "CLEAN_PATH", str(watch.tmp_path / "no-tools"))
+    watch.write(HEADER + b"READY\n")
+    facts = watch.poll(duration=5, pattern="READY", session_name="train", wait_until="finished")
+    assert facts["verdict"] == "failed" and facts["session"] == "tmux_missing", facts
+    watch.write(record(0), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, pattern="READY", session_name="train", wait_until="finished")
+    assert facts["verdict"] == "finished" and facts["proven_line"] is None, "an old log's lines prove nothing without tmux"
+
+
+def test_scan_to_end() -> None:
+    lines = [HEADER.rstrip(b"\n"), b"loading", b"READY 1", b"READY 2", b"ERROR here", b"READY 3"]
+    ready, error = re.compile("READY"), re.compile("ERROR")
+    assert _log_poll.scan_to_end(lines, ready, None, False) == (None, None, b"READY 1")
+    assert _log_poll.scan_to_end(lines, None, None, False) == (None, None, b"loading"), "without a pattern: the first output"
+    assert _log_poll.scan_to_end(lines, ready, error, False) == ("fail_pattern", b"ERROR here", b"READY 1")
+    assert _log_poll.scan_to_end(lines, ready, error, True) == ("fail_pattern", b"ERROR here", None), "proven already"
+    assert _log_poll.scan_to_end(lines, ready, None, True) == (None, None, None)
+    assert _log_poll.scan_to_end([HEADER.rstrip(b"\n")], None, None, False) == (None, None, None), "the header is no output"
+
+
+def test_end_verdict() -> None:
+    assert _log_poll.end_verdict({"exit_status": "0"}) == "finished"
+    assert _log_poll.end_verdict({"exit_status": "0", "end_state": "finished"}) == "finished"
+    assert _log_poll.end_verdict({"exit_status": "0", "end_state": "stopped"}) == "failed"
+    assert _log_poll.end_verdict({"exit_status": "1", "end_state": "finished"}) == "failed"
+    assert _log_poll.end_verdict({}) == "failed" and _log_poll.end_verdict(None) == "failed"
+
+
+# ---- show_lines: the chunk's new lines, and an early return so that they are shown soon ----
+
+
+def test_show_lines_returns_the_new_whole_lines_without_protocol_lines(watch: Watch) -> None:
+    watch.write(HEADER + b"one\r\ntwo \xff\n### trainops.pct_launch: session=train attempt=2 started_at=X\nthree, partial")
+    facts = watch.poll(duration=0.3, show_lines=True)
+    assert facts["new_lines"] == ["one", "two \ufffd"] and facts["lines_omitted"] == "0", facts
+    watch.append(b" done\n")
+    facts = watch.poll(duration=0.3, show_lines=True, offset=int(facts["offset"]), pattern="NEVER")
+    assert facts["new_lines"] == ["three, partial done"], "a line is shown once, when it is whole"
+    assert "new_lines" not in watch.poll(duration=0.1, offset=int(facts["offset"])), "without show_lines: no lines"
+    result = result_from_facts(facts, 0.3)
+    assert result["new_lines"] == ["three, partial done"] and result["lines_omitted"] == 0
+
+
+def test_show_lines_of_the_chunk_that_gives_the_verdict(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\nREADY\nafter\n" + TRAILER)
+    facts = watch.poll(pattern="READY", show_lines=True)
+    assert facts["verdict"] == "started" and facts["new_lines"] == ["loading", "READY", "after"], "every line read is shown"
+    watch.write(record(3), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, wait_until="finished", show_lines=True)
+    assert facts["verdict"] == "failed" and facts["new_lines"] == ["loading", "READY", "after"], facts
+
+
+def test_show_lines_keeps_the_last_lines_within_the_limits(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> None:
+    watch.write(HEADER + b"".join(b"line %d\n" % number for number in range(1, 1201)))
+    facts = watch.poll(duration=0.2, show_lines=True, wait_until="finished")
+    assert len(facts["new_lines"]) == 1000 and facts["new_lines"][0] == "line 201" and facts["new_lines"][-1] == "line 1200"
+    assert facts["lines_omitted"] == "200"
+    watch.write(HEADER + b"".join(b"%04d" % number + b"x" * 1996 + b"\n" for number in range(200)))  # 2000 characters each
+    facts = watch.poll(duration=0.2, show_lines=True)
+    assert sum(len(line) for line in facts["new_lines"]) <= 256 << 10 and len(facts["new_lines"]) == (256 << 10) // 2000
+    assert facts["new_lines"][-1].startswith("0199") and int(facts["lines_omitted"]) == 200 - len(facts["new_lines"])
+    watch.write(HEADER + b"y" * 300000 + b"\n")
+    facts = watch.poll(duration=0.2, show_lines=True)
+    assert facts["new_lines"] == ["y" * SHOW], "a long line is shortened as in the results"
+    monkeypatch.setattr(_log_poll, "NEW_LINES_MAX", 2)
+    watch.write(HEADER + b"a\nb\nc\n")
+    facts = watch.poll(duration=0.2, show_lines=True)
+    assert facts["new_lines"] == ["b", "c"] and facts["lines_omitted"] == "1"
+
+
+def test_show_lines_ends_the_chunk_soon_after_the_first_new_line(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_log_poll, "LINES_FLUSH", 0.4)
+    watch.write(HEADER + b"step 1\n")
+    facts = watch.poll(duration=5, show_lines=True, wait_until="finished")
+    assert facts["verdict"] == "pending" and facts["new_lines"] == ["step 1"], facts
+    assert 0.4 <= _elapsed(facts) < 2, "it returns LINES_FLUSH after the first line read, not at the end of the chunk"
+    timer = threading.Timer(0.3, watch.append, args=(b"step 2\n",))
+    timer.start()
+    try:
+        facts = watch.poll(duration=5, show_lines=True, wait_until="finished", offset=int(facts["offset"]))
+    finally:
+        timer.cancel()
+    assert facts["new_lines"] == ["step 2"] and 0.65 <= _elapsed(facts) < 2.5, facts
+    facts = watch.poll(duration=0.5, show_lines=True, wait_until="finished", offset=int(facts["offset"]))
+    assert facts["new_lines"] == [] and _elapsed(facts) >= 0.5, "no new line: the whole chunk"
+    watch.append(TRAILER)
+    facts = watch.poll(duration=0.5, show_lines=True, wait_until="finished", offset=int(facts["offset"]))
+    assert facts["new_lines"] == [] and _elapsed(facts) >= 0.5, "protocol lines are not shown, so they do not end the chunk"
+
+
+# ---- the proof while waiting for the end, and RUN_DIR/proven ----
+
+
+@needs_tmux
+@pytest.mark.parametrize("wait_until", ["started", "finished"])
+def test_a_recorded_proof_also_writes_run_dir_proven(watch: Watch, wait_until: str) -> None:
+    watch.write(HEADER + b"READY\n")
+    name = watch.session()
+    run_dir = watch.run_root / name
+    run_dir.mkdir(parents=True)
+    facts = watch.poll(duration=0.3, pattern="READY", session_name=name, wait_until=wait_until)
+    assert facts["verdict"] == ("started" if wait_until == "started" else "pending") and facts["proof_recorded"] == "1", facts
+    proven = run_dir / "proven"
+    assert STAMP.fullmatch(proven.read_text(encoding="utf-8").rstrip("\n")) and proven.read_text(encoding="utf-8").endswith("Z\n")
+    assert proven.stat().st_mode & 0o777 == 0o600 and not list(run_dir.glob("proven.tmp.*"))
+    assert proven.read_text(encoding="utf-8").rstrip("\n") == watch.option(name, "@trainops_proven"), "the same time in both"
+    assert result_from_facts(facts, 0.3)["proof_recorded"] is True
+
+
+@needs_tmux
+@pytest.mark.parametrize("wait_until", ["started", "finished"])
+def test_check_mode_writes_no_run_dir_proven(watch: Watch, wait_until: str) -> None:
+    watch.write(HEADER + b"READY\n")
+    name = watch.session()
+    (watch.run_root / name).mkdir(parents=True)
+    facts = watch.poll(duration=0.3, pattern="READY", session_name=name, wait_until=wait_until, record_proof=False)
+    assert "proof_recorded" not in facts and (wait_until == "started" or facts["proven_line"] == "READY"), facts
+    assert not (watch.run_root / name / "proven").exists() and watch.option(name, "@trainops_proven") == ""
+
+
+@needs_tmux
+def test_a_proof_without_a_run_dir_is_still_recorded_on_the_session(watch: Watch) -> None:
+    watch.write(HEADER + b"READY\n")
+    name = watch.session()
+    facts = watch.poll(pattern="READY", session_name=name)
+    assert facts["proof_recorded"] == "1" and STAMP.fullmatch(watch.option(name, "@trainops_proven")), facts
+    assert not (watch.run_root / name).exists(), "the proven file needs the session's RUN_DIR; it is not created"
+
+
+@needs_tmux
+def test_waiting_for_the_end_of_a_live_session_records_its_proof_once_and_ends_with_it(watch: Watch) -> None:
+    watch.write(HEADER + b"loading\n")
+    name = watch.session()
+    (watch.run_root / name).mkdir(parents=True)
+    facts = watch.poll(duration=0.3, pattern="READY", session_name=name, wait_until="finished")
+    assert facts["verdict"] == "pending" and facts["proven_line"] is None and "proof_recorded" not in facts
+    assert facts["state"] == "running" and facts["ps"], "a pending chunk shows the process tree"
+    watch.append(b"READY\n")
+    timer = threading.Timer(0.4, watch.write, args=(record(0), Path(f"{watch.log}.exit")))
+    timer.start()
+    try:
+        facts = watch.poll(duration=5, pattern="READY", session_name=name, wait_until="finished", offset=int(facts["offset"]))
+    finally:
+        timer.cancel()
+    assert facts["verdict"] == "finished" and facts["proven_line"] == "READY" and facts["proof_recorded"] == "1", facts
+    assert watch.option(name, "@trainops_proven") and (watch.run_root / name / "proven").exists()
+    assert 0.35 <= _elapsed(facts) < 2.5, "the proof does not end the chunk: the exit record does"
+    assert result_from_facts(facts, 1)["session_alive"] is False
+
+
+@needs_tmux
+def test_a_session_killed_while_waiting_for_the_end_is_failed(watch: Watch) -> None:
+    watch.write(HEADER + b"step 1\n")
+    name = watch.session()
+    timer = threading.Timer(0.3, watch.tmux, args=("kill-session", "-t", f"={name}"))
+    timer.start()
+    try:
+        facts = watch.poll(duration=5, session_name=name, wait_until="finished", show_lines=True)
+    finally:
+        timer.cancel()
+    assert facts["verdict"] == "failed" and facts["state"] == "vanished" and facts["new_lines"] == ["step 1"], facts
+    assert facts["proof_recorded"] == "1", "the start was seen while the session lived"

@@ -18,6 +18,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     message,
     poll_parameters,
     reason,
+    show_lines,
     result_from_facts,
     subject,
     where,
@@ -32,7 +33,10 @@ def params(**kwargs: t.Any) -> dict[str, t.Any]:
 
 
 def test_the_options_are_those_of_the_host_the_module_runs_on() -> None:
-    assert set(ARGUMENT_SPEC) == {"session_name", "log_path", "pattern", "fail_pattern", "timeout", "sleep", "tail_lines", "offset", "fleet_id"}
+    assert set(ARGUMENT_SPEC) == {"session_name", "log_path", "pattern", "fail_pattern", "timeout", "sleep", "tail_lines", "offset",
+                                  "wait_until", "show_lines", "fleet_id"}
+    assert ARGUMENT_SPEC["wait_until"] == {"type": "str", "default": "started", "choices": ["started", "finished"]}
+    assert ARGUMENT_SPEC["show_lines"] == {"type": "bool"}, "no default: show_lines() resolves it from wait_until"
     assert not {"vmid", "pct_path"} & set(ARGUMENT_SPEC)
     assert REQUIRED_ONE_OF == [["session_name", "log_path"]]
 
@@ -79,8 +83,19 @@ def test_poll_parameters() -> None:
     opts = params(session_name="t", log_path="/w/t.log", pattern="P", fail_pattern="F", sleep=0.25, tail_lines=3, fleet_id="f", host="h",
                   pct_vmid=250)
     assert poll_parameters(opts, 7, 99) == {"session_name": "t", "log_path": "/w/t.log", "pattern": "P", "fail_pattern": "F",
-                                            "duration": 7.0, "sleep": 0.25, "tail_lines": 3, "offset": 99, "record_proof": True}
+                                            "duration": 7.0, "sleep": 0.25, "tail_lines": 3, "offset": 99, "record_proof": True,
+                                            "wait_until": "started", "show_lines": False}
     assert poll_parameters(dict(opts, record_proof=False), 1, 0)["record_proof"] is False, "check mode records no proof"
+
+
+@pytest.mark.parametrize("wait_until, option, expected", [
+    ("started", None, False), ("finished", None, True), ("started", True, True), ("finished", False, False), (None, None, False),
+])
+def test_show_lines_defaults_to_true_only_when_waiting_for_the_end(wait_until: str | None, option: bool | None, expected: bool) -> None:
+    opts = params(session_name="t", wait_until=wait_until, show_lines=option)
+    assert show_lines(opts) is expected
+    parameters = poll_parameters(opts, 1, 0)
+    assert parameters["show_lines"] is expected and parameters["wait_until"] == (wait_until or "started")
 
 
 @pytest.mark.parametrize("extra, expected_where, expected_subject", [
@@ -110,9 +125,33 @@ def test_result_from_facts() -> None:
         "verdict": "started", "elapsed": 1.234, "matched_line": "Epoch 1", "log_tail": ["a", "b"], "log_path": "/w/t.log",
         "log_exists": True, "log_size": 99, "offset": 99, "session_state": "running", "session_alive": True, "tmux_missing": False,
         "pane_pid": 5, "exit_status": 3, "ended_at": "E", "stopped_by": "trainops", "process_tree": [], "pct_calls": 4,
-        "proof_recorded": True,
+        "proof_recorded": True, "attempts": None, "end_state": None, "cause": None, "end_reason": None, "signal": None,
     }
     assert "engine" not in result_from_facts(facts, 1)
+    assert not {"proven_line", "new_lines", "lines_omitted"} & set(result_from_facts(facts, 1)), "only with finished and show_lines"
+
+
+def test_result_from_facts_carries_the_exit_records_keys_of_the_supervisor() -> None:
+    record = {"exit_status": "137", "ended_at": "E", "attempts": "3", "end_state": "oom_killed", "cause": "oom_kill",
+              "signal": "KILL", "reason": "killed by the kernel's OOM killer (1 OOM kill)"}
+    result = result_from_facts(dict(BASE, verdict="failed", session="ended", state="finished", exit=record), 2)
+    assert (result["attempts"], result["end_state"], result["cause"], result["signal"], result["end_reason"]) == (
+        3, "oom_killed", "oom_kill", "KILL", "killed by the kernel's OOM killer (1 OOM kill)")
+    assert result["session_alive"] is False and result["exit_status"] == 137
+    bad = result_from_facts(dict(BASE, verdict="failed", session="ended", state="finished", exit={"attempts": "many"}), 2)
+    assert bad["attempts"] is None and bad["end_state"] is None, "an unreadable or missing key is unknown"
+
+
+def test_result_from_facts_of_a_chunk_that_waits_for_the_end_and_shows_lines() -> None:
+    facts = dict(BASE, verdict="pending", session="alive", state="running", proven_line="step 1", proof_recorded="1",
+                 new_lines=["step 1", "step 2"], lines_omitted="4")
+    result = result_from_facts(facts, 2)
+    assert result["verdict"] == "timeout" and result["session_alive"] is True and result["proof_recorded"] is True
+    assert result["proven_line"] == "step 1" and result["new_lines"] == ["step 1", "step 2"] and result["lines_omitted"] == 4
+    for verdict in ("finished", "failed"):
+        assert result_from_facts(dict(facts, verdict=verdict), 1)["session_alive"] is False, "an end is never alive"
+    assert result_from_facts(dict(facts, proven_line=None, lines_omitted=None), 1)["proven_line"] is None
+    assert result_from_facts(dict(facts, lines_omitted=None), 1)["lines_omitted"] == 0
 
 
 def test_result_from_facts_of_a_chunk_without_a_verdict() -> None:
@@ -170,3 +209,73 @@ def test_reason_is_the_message_without_the_log_lines() -> None:
         assert "last log lines: loading data" in full and "CUDA error" in full, full
         assert "CUDA error" not in short and "loading data" not in short, short
         assert short.split(";")[0] == full.split(";")[0] and short.endswith(full.rsplit("; ", 1)[1]), (short, full)
+
+
+FINISHED = dict(OPTS, wait_until="finished", pattern=None, fail_pattern=None, timeout=3600)
+ENDED = dict(BASE, session="ended", state="finished", tail=["step 4", "ValueError: loss is NaN"])
+
+
+def test_finished_message_is_a_success_with_the_time_and_attempts() -> None:
+    finished = result_from_facts(dict(ENDED, verdict="finished", exit={"exit_status": "0", "reason": "exit status 0"}), 12.34)
+    assert message(finished, FINISHED) == "Job finished in session train in container 250: exit status 0 after 12.3 s"
+    again = result_from_facts(dict(ENDED, verdict="finished", exit={"exit_status": "0", "attempts": "2"}), 12.34)
+    assert message(again, FINISHED) == "Job finished in session train in container 250: exit status 0 after 12.3 s (2 attempts)"
+
+
+def test_failed_message_names_the_exit_status_and_the_records_reason() -> None:
+    record = {"exit_status": "3", "attempts": "1", "end_state": "failed", "cause": "python_exception", "reason": "ValueError: loss is NaN"}
+    failed = result_from_facts(dict(ENDED, verdict="failed", exit=record), 12.34)
+    assert message(failed, FINISHED) == ("Job failed in session train in container 250: exit status 3 after 12.3 s (reason: ValueError: "
+                                         "loss is NaN); last log lines: step 4 | ValueError: loss is NaN; fix the job and launch it again")
+    assert reason(failed, FINISHED) == ("Job failed in session train in container 250: exit status 3 after 12.3 s (reason: ValueError: "
+                                        "loss is NaN); fix the job and launch it again")
+
+
+@pytest.mark.parametrize("record, fragment", [
+    ({"exit_status": "3"}, ": exit status 3 after 1.0 s; last log lines: "),
+    ({"exit_status": "137", "signal": "KILL", "attempts": "4"}, ": exit status 137 after 1.0 s (signal KILL, 4 attempts); last log lines"),
+    ({"exit_status": "143", "stopped_by": "trainops", "reason": "stopped by trainops (TERM)"},
+     ": exit status 143 after 1.0 s (reason: stopped by trainops (TERM), stopped by trainops); last log lines"),
+    ({"exit_status": "0", "end_state": "timeout", "reason": "the time limit of 60 s was reached"},
+     ": exit status 0 after 1.0 s (reason: the time limit of 60 s was reached); last log lines"),
+    ({"ended_at": "E"}, ": the job ended without an exit status after 1.0 s; last log lines"),
+])
+def test_failed_messages_of_ends_with_an_exit_record(record: dict[str, str], fragment: str) -> None:
+    text = message(result_from_facts(dict(ENDED, verdict="failed", exit=record), 1), FINISHED)
+    assert text.startswith("Job failed in session train in container 250") and fragment in text, text
+    assert text.endswith("; launch it again" if "stopped_by" in record else "; fix the job and launch it again"), text
+
+
+def test_failed_messages_without_an_exit_record() -> None:
+    vanished = result_from_facts(dict(ENDED, verdict="failed", state="vanished", exit={}), 3)
+    assert message(vanished, FINISHED).startswith("Job failed in session train in container 250: the session is gone without an exit "
+                                                  "status after 3.0 s (tmux killed, SIGKILL, or the container restarted); last log lines")
+    absent = result_from_facts(dict(ENDED, verdict="failed", session="absent", state="absent", log_exists="0", tail=[]), 0.1)
+    assert message(absent, FINISHED).startswith("Cannot find session train in container 250: no tmux session of that name is running "
+                                                "and log /w/t.log does not exist")
+    missing = result_from_facts(dict(ENDED, verdict="failed", session="tmux_missing", state="vanished"), 0.1)
+    assert message(missing, FINISHED).startswith("Cannot watch session train in container 250: tmux is not installed there")
+
+
+def test_timeout_while_waiting_for_the_end_says_the_job_was_not_stopped() -> None:
+    pending = dict(BASE, verdict="pending", session="alive", state="running", pane_pid="5", ps=["PID PPID", "5 1 S python   train.py"],
+                   proven_line="step 1")
+    text = message(result_from_facts(pending, 3600), FINISHED)
+    assert text.startswith("Timed out after 3600 s waiting for the job in session train in container 250 to end: the job still runs "
+                           "(pane_pid 5, 1 processes: 5 1 S python train.py), and it was not stopped; its start was proven by 'step 1'; "
+                           "log /w/t.log (99 bytes); last log lines: a | b; "), text
+    assert text.endswith("wait longer (raise timeout), or stop the job (playbooks/stop.yml)")
+    unseen = message(result_from_facts(dict(pending, proven_line=None), 3600), dict(FINISHED, pattern="Epoch"))
+    assert "; a log line matching 'Epoch' was not seen in the log during the wait;" in unseen, unseen
+    no_session = message(result_from_facts(dict(pending, session="none", state="unknown", log_exists="0"), 3600),
+                         dict(FINISHED, session_name=None))
+    assert "whether the job still runs is unknown (no session_name was given), and it was not stopped" in no_session
+    assert "log /w/t.log does not exist" in no_session
+    assert "the log path is unknown" in message(result_from_facts(dict(pending, log_path=""), 1), FINISHED)
+
+
+def test_fail_pattern_while_waiting_for_the_end_is_todays_message() -> None:
+    failed = result_from_facts(dict(BASE, verdict="fail_pattern", session="alive", state="running", matched_line="Traceback (x)"), 2)
+    opts = dict(FINISHED, fail_pattern="Traceback")
+    assert message(failed, opts) == message(failed, dict(opts, wait_until="started"))
+    assert message(failed, opts).startswith("Job failed in session train in container 250: a log line matches fail_pattern 'Traceback'")

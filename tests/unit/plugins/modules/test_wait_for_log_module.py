@@ -100,6 +100,8 @@ def test_a_died_job_fails_with_its_exit_status(tmp_path: Path, polls: Polls, cap
     ({}, "one of the following is required: session_name, log_path"),
     ({"session_name": "t", "vmid": 250}, "Unsupported parameters for (basic.py) module: vmid."),
     ({"log_path": "/w/t.log", "vmid": 250, "pct_path": "pct"}, "Unsupported parameters for (basic.py) module: pct_path, vmid."),
+    ({"session_name": "t", "wait_until": "ended"}, "value of wait_until must be one of: started, finished, got: ended"),
+    ({"session_name": "t", "show_lines": "sometimes"}, "argument 'show_lines' is of type"),
 ])
 def test_bad_options_wait_for_nothing(polls: Polls, capsys: pytest.CaptureFixture[str], args: dict[str, t.Any], fragment: str) -> None:
     result = run_module(capsys, **args)
@@ -120,15 +122,55 @@ def test_tmux_missing_never_proves_a_start_with_an_old_log(tmp_path: Path, polls
 
 @needs_tmux
 @pytest.mark.parametrize("check_mode", [False, True], ids=["normal", "check"])
+@pytest.mark.parametrize("wait_until", ["started", "finished"])
 def test_the_proof_is_recorded_on_the_session_except_in_check_mode(tmp_path: Path, polls: Polls, capsys: pytest.CaptureFixture[str],
-                                                                   check_mode: bool) -> None:
+                                                                   check_mode: bool, wait_until: str) -> None:
     log = tmp_path / "t.log"
     log.write_bytes(HEADER + b"Epoch 1/3\n")
     tmux = _tmux_cli.Tmux()
     assert tmux.run("new-session", "-d", "-s", "proofcheck", "sleep 60")[0] == 0
-    result = run_module(capsys, session_name="proofcheck", log_path=str(log), pattern="Epoch", timeout=5, _ansible_check_mode=check_mode)
+    run_dir = tmp_path / "run" / "proofcheck"
+    run_dir.mkdir(parents=True)
+    result = run_module(capsys, session_name="proofcheck", log_path=str(log), pattern="Epoch", timeout=0.5, wait_until=wait_until,
+                        _ansible_check_mode=check_mode)
     shown = tmux.run("show-options", "-v", "-t", "=proofcheck:", "@trainops_proven")[1].strip()
-    assert result["verdict"] == "started" and result["session_state"] == "running" and result["session_alive"] is True, result
+    assert result["verdict"] == ("started" if wait_until == "started" else "timeout"), result
+    assert result["session_state"] == "running" and result["session_alive"] is True, result
     assert result["proof_recorded"] is (not check_mode), result
     assert bool(shown) is (not check_mode), f"@trainops_proven is {shown!r} after a wait with check mode {check_mode}"
+    assert (run_dir / "proven").exists() is (not check_mode), "check mode writes nothing, RUN_DIR/proven neither"
+    if not check_mode:
+        assert (run_dir / "proven").read_text(encoding="utf-8") == shown + "\n"
     assert polls.calls[0]["record_proof"] is (not check_mode)
+
+
+def test_waiting_for_the_end_of_a_job_that_finished(tmp_path: Path, polls: Polls, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "t.log"
+    log.write_bytes(HEADER + b"Epoch 1/3\nEpoch 3/3\n### trainops.pct_launch: session=train exit_status=0 ended_at=E\n")
+    Path(f"{log}.exit").write_text("session_name=train\nexit_status=0\nended_at=E\nattempts=2\nend_state=finished\n", encoding="utf-8")
+    result = run_module(capsys, session_name="train", log_path=str(log), wait_until="finished", timeout=30)
+    assert not result.get("failed") and result["changed"] is False and result["verdict"] == "finished", result
+    assert result["exit_status"] == 0 and result["attempts"] == 2 and result["end_state"] == "finished" and result["proven_line"] == "Epoch 1/3"
+    assert result["msg"].startswith("Job finished in session train: exit status 0 after ") and result["msg"].endswith(" s (2 attempts)")
+    assert result["new_lines"] == ["Epoch 1/3", "Epoch 3/3"] and result["lines_omitted"] == 0, "show_lines is on by default"
+    [params] = polls.calls
+    assert params["wait_until"] == "finished" and params["show_lines"] is True
+
+
+def test_waiting_for_the_end_of_a_job_that_failed(tmp_path: Path, polls: Polls, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "t.log"
+    log.write_bytes(HEADER + b"Epoch 1/3\n\xffValueError: NaN\n")
+    Path(f"{log}.exit").write_text("session_name=train\nexit_status=3\nended_at=E\ncause=python_exception\nreason=ValueError: NaN\n",
+                                   encoding="utf-8")
+    result = run_module(capsys, session_name="train", log_path=str(log), wait_until="finished", show_lines=False, timeout=30)
+    assert result["failed"] and result["verdict"] == "failed" and result["exit_status"] == 3 and result["cause"] == "python_exception"
+    assert result["end_reason"] == "ValueError: NaN" and result["signal"] is None and "new_lines" not in result, result
+    assert result["msg"].startswith("Job failed in session train: exit status 3 after ") and "(reason: ValueError: NaN)" in result["msg"]
+    assert "\ufffdValueError: NaN" in result["msg"], "bytes that are not UTF-8 are U+FFFD"
+
+
+def test_show_lines_returns_them_as_valid_utf8(tmp_path: Path, polls: Polls, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "t.log"
+    log.write_bytes(HEADER + b"loss \xff\xfe 2.1\nEpoch 1/3\n")
+    result = run_module(capsys, log_path=str(log), pattern="Epoch", show_lines=True, timeout=5)
+    assert result["verdict"] == "started" and result["new_lines"] == ["loss \ufffd\ufffd 2.1", "Epoch 1/3"], result
