@@ -297,7 +297,9 @@ def run_example(ct: Container, prop: str, launches: list[tuple[str, dict[str, t.
 
 
 # Variables the job's parent gives every job, besides env (README: a clean environment).
-BASE_ENV = {b"PATH", b"HOME", b"USER", b"LOGNAME", b"LANG", b"PWD", b"OLDPWD", b"SHLVL", b"VIRTUAL_ENV"}
+# the clean environment, the shell's own, and the supervisor's (docs/job-life.md)
+BASE_ENV = {b"PATH", b"HOME", b"USER", b"LOGNAME", b"LANG", b"PWD", b"OLDPWD", b"SHLVL", b"VIRTUAL_ENV",
+            b"TRAINOPS_ATTEMPT", b"TRAINOPS_RESTARTS", b"TRAINOPS_SESSION_NAME", b"TORCHELASTIC_ERROR_FILE"}
 
 
 def test_argv_env_chdir_and_log_path_arrive_byte_exact(ct: Container) -> None:
@@ -353,6 +355,7 @@ def test_argv_env_chdir_and_log_path_arrive_byte_exact(ct: Container) -> None:
         dump = decode_dump(files[raw(out)] or b"{}")
         assert dump["argv"] == [raw(item) for item in items]
         assert {k: v for k, v in dump["env"].items() if k not in BASE_ENV} == {raw(k): raw(v) for k, v in job_env.items()}
+        assert (dump["env"][b"TRAINOPS_ATTEMPT"], dump["env"][b"TRAINOPS_SESSION_NAME"]) == (b"1", raw(name))
         assert dump["cwd"] == raw(chdir)
         if venv_path is not None:
             assert dump["env"][b"VIRTUAL_ENV"] == raw(venv_path) and dump["env"][b"PATH"].startswith(raw(venv_path) + b"/bin:")
