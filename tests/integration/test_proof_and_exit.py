@@ -306,3 +306,22 @@ def test_exit_status_survives_a_full_log_fs(ct_full: int, standin: StandinNode, 
         "session_name": name, "log_path": log, "state": "stopped"}}]).result("Stop", host)
     assert stop["changed"] is False and stop["state"] == "finished", stop
     print(f"full log fs: wait says {wait['msg']!r}; info says {info['session']['state']} {info['session']['exit_status']}")
+
+
+def test_a_ci_wait_for_a_job_found_running_and_proven_waits_for_its_end(ct_proof: int, tmp_path: Path) -> None:
+    """job_wait_until finished on a re-run: the job already runs and its start is proven, so the launch and the proof
+    have nothing to do, and the play still waits for its end, from where its log ended (earlier lines not shown again)."""
+    name = name_for("ci-rerun")
+    job = {"job_hosts": "training", "job_session_name": name, "job_log_path": f"/w/{name}.log", "job_min_free_mb": 1,
+           "job_command": "echo 'step 1 loss 2.5'; sleep 6; echo 'eval done'; exit 3", "job_wait_pattern": PATTERN,
+           "job_wait_timeout": 120}
+    first = launch_playbook(tmp_path, ct_proof, "pct", job)
+    assert first.proc.returncode == 0, first.output
+    again = launch_playbook(tmp_path, ct_proof, "pct", dict(job, job_wait_until="finished"))
+    assert again.proc.returncode != 0, again.output
+    waited = again.task("Wait for the end of the job found running", f"ct{ct_proof}")
+    assert waited is not None and waited["verdict"] == "failed" and waited["exit_status"] == 3, again.output
+    shown = again.proc.stdout.splitlines()
+    assert "eval done" in shown, again.output
+    assert "step 1 loss 2.5" not in shown, "a line from before the wait began is not shown again"
+    assert any("failed" in line and "exit status 3" in line for line in again.summary()), again.summary()
