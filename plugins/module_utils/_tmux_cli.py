@@ -120,6 +120,8 @@ class Before:
     state: str = "absent"
     running: bool = False
     dead_pane: bool = False
+    # the pane lives, but the job's exit record is there: its supervisor ends (history, notifications)
+    lingering: bool = False
     pane_pid: str = ""
     spec: str = ""
     started_at: str = ""
@@ -132,12 +134,14 @@ def session_state(running: bool, log_path: str | None, run_dir: str | None, in_t
                   pane_dead_status: str | None = None) -> str:
     """The one decision of every report (docs/launch-protocol.md): running, finished, vanished or absent.
 
-    finished: an exit record, or the exit status tmux kept for the dead pane of a session this
+    finished: an exit record (also while the pane still lives: the supervisor writes the record, then the
+    history and its last notifications), or the exit status tmux kept for the dead pane of a session this
     collection did not launch (``pane_dead_status``); vanished: only the log, or a dead pane without a record.
     """
-    if running:
+    recorded = bool(log_path) and exit_record_path(str(log_path), run_dir) is not None
+    if running and not recorded:
         return "running"
-    if log_path and exit_record_path(log_path, run_dir) is not None:
+    if recorded:  # with a live pane too: the start rotated any earlier record, so the supervisor is ending
         return "finished"
     if pane_dead_status is not None and pane_dead_status.isdigit():
         return "finished"
@@ -157,11 +161,13 @@ def probe(tmux: Tmux, name: str, run_dir: str, log_path: str | None) -> Before:
         before.running = not before.dead_pane
         before.pane_pid, before.spec, before.proven, before.started_at = fields[1], fields[2], fields[3] == "1", fields[4]
         before.log_path = recorded or ""
-        if before.running:
-            before.summary = read_text(os.path.join(run_dir, "spec"))
     if not before.log_path and not log_path and recorded:
         before.log_path = recorded
     before.state = session_state(before.running, log_path or before.log_path, run_dir)
+    before.lingering = before.running and before.state != "running"  # the job is over, its supervisor ending
+    before.running = before.state == "running"
+    if before.running:
+        before.summary = read_text(os.path.join(run_dir, "spec"))
     return before
 
 

@@ -139,7 +139,7 @@ def start(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
     """Rotate the log, write the header and the files, start the session; the start's facts."""
     if spec.log_mode == "fail_if_exists" and os.path.lexists(spec.log_path or ""):
         raise JobError("log_exists", f"log file {spec.log_path} already exists")
-    if before.dead_pane:
+    if before.dead_pane or before.lingering:  # a lingering supervisor finishes on its own
         target.tmux.kill_session(spec.session_name)
     started_at = now()
     log = spec.log_path or ""
@@ -163,7 +163,7 @@ def _act(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
     if spec.action == "stop":
         if before.running:
             return dict(stop(spec, target, before), result="stopped")
-        if before.dead_pane:
+        if before.dead_pane or before.lingering:  # a lingering supervisor finishes on its own
             target.tmux.kill_session(spec.session_name)
         facts = {"result": "unchanged"}
         record = read_exit_record(spec.log_path or before.log_path, spec.run_dir) if before.state == "finished" else None

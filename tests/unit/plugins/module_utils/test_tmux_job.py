@@ -561,3 +561,22 @@ def test_a_full_log_file_system_is_named_and_the_earlier_log_kept(host: Host, sm
         assert sorted(p.name for p in small_empty_fs.iterdir()) == ["filler", "job.log.1"]
         assert (small_empty_fs / "job.log.1").read_bytes() == b"precious\n" * 100
     assert not host.has_session(spec.session_name)
+
+
+@needs_tmux
+def test_a_session_whose_supervisor_is_ending_is_finished_and_a_start_replaces_it(host: Host) -> None:
+    """The supervisor writes the exit record, then the history and its last notifications (up to 10 s for a webhook)
+    with its pane alive: the probe calls that finished, and a start ends the old session (its supervisor goes on alone)."""
+    spec = host.spec(command="echo second; sleep 30")
+    # as at the old job's end: its record is there, its pane (a supervisor still notifying) lives
+    assert host.tmux("new-session", "-d", "-s", spec.session_name, "sleep 30").returncode == 0
+    Path(spec.run_dir).mkdir(parents=True)
+    Path(spec.run_dir, "log_path").write_text(str(spec.log_path), encoding="utf-8")
+    Path(str(spec.log_path)).write_text("old job\n", encoding="utf-8")
+    _job_parent.write_exit_record(spec.run_dir, str(spec.log_path), _job_parent.exit_record_text(spec.session_name, 0, "S", "E"))
+    planned = launch(spec, True)
+    assert (planned["before_state"], planned["would"]) == ("finished", "start"), planned
+    facts = launch(spec)
+    assert facts["result"] == "started" and facts["state"] == "running", facts
+    assert facts["pane_pid"] != planned["before_pane_pid"]
+    assert host.tmux("display-message", "-p", "-t", f"={spec.session_name}:", "#{pane_pid}").stdout.strip() == facts["pane_pid"]

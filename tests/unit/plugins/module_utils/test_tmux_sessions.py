@@ -83,12 +83,15 @@ def files(tmp_path: Path) -> Files:
     return Files(tmp_path)
 
 
-def test_running_wins_over_any_record(files: Files) -> None:
+def test_a_live_pane_with_its_launchs_record_is_finished(files: Files) -> None:
+    """The supervisor writes the record first, then the history and its last notifications, its pane alive meanwhile:
+    a start rotates or removes any earlier record, so a record next to a live pane is this launch's, and the job is over."""
     files.log.write_text("x\n", encoding="utf-8")
+    assert files.state(running=True, in_tmux=True) == "running", "no record: running"
+    assert files.state(running=True, log=False, run_dir=False) == "running"
     files.log_exit(RECORD)
     files.run_copy(RECORD)
-    assert files.state(running=True, in_tmux=True) == "running"
-    assert files.state(running=True, log=False, run_dir=False) == "running"
+    assert files.state(running=True, in_tmux=True) == "finished"
 
 
 def test_log_exit_is_finished(files: Files) -> None:
