@@ -19,6 +19,7 @@ import typing as t
 from ansible.plugins.action.normal import ActionModule as NormalAction
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_vmid
 
 
 def unpipelined_env_message(args: t.Mapping[str, t.Any], host: str) -> str:
@@ -41,10 +42,11 @@ class ActionModule(NormalAction):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         if not module_answered(result):  # no Python on the target, for example
-            where = f"container {task_vars['pct_vmid']}" if task_vars.get("pct_vmid") is not None else f"host {task_vars.get('inventory_hostname')}"
+            vmid = host_vmid(task_vars)
+            where = f"container {vmid}" if vmid is not None else f"host {task_vars.get('inventory_hostname')}"
             result["msg"] = f"Cannot run session {args.get('session_name')} in {where}: {module_failure_cause(result)}"
             return result
-        return name_the_container(result, task_vars.get("pct_vmid"))
+        return name_the_container(result, host_vmid(task_vars))
 
 
 def name_the_container(result: dict[str, t.Any], vmid: t.Any) -> dict[str, t.Any]:

@@ -46,6 +46,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import fleet_id_error
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_node, host_vmid
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_wait import (
     NEVER,
     FleetMember,
@@ -138,7 +139,8 @@ class ActionModule(ActionBase):
         host = str(task_vars.get("inventory_hostname", "localhost"))
         self._line_prefix = line_prefix(host, task_vars)
         # for the messages: a container if the host has pct_vmid, on its node
-        args = dict(args, host=host, pct_vmid=task_vars.get("pct_vmid"), pct_node=task_vars.get("pct_node") if task_vars.get("pct_vmid") is not None else None)
+        vmid = host_vmid(task_vars)
+        args = dict(args, host=host, pct_vmid=vmid, pct_node=host_node(task_vars) if vmid is not None else None)
         args["show_lines"] = show_lines(args)
         if args.get("fleet_id") is None:
             result.update(self._wait(args, task_vars, host, None))
@@ -157,14 +159,14 @@ class ActionModule(ActionBase):
         delegate = self._task.delegate_to
         if isinstance(delegate, str) and delegate:
             return delegate
-        if task_vars.get("pct_vmid") is not None:
-            return str(task_vars.get("pct_node") or "localhost")
+        if host_vmid(task_vars) is not None:
+            return str(host_node(task_vars) or "localhost")
         return host
 
     def _reach(self, host: str, task_vars: t.Mapping[str, t.Any]) -> str:
         """What must become reachable again: the container, or the node or host the chunks go to."""
-        if task_vars.get("pct_vmid") is not None and not self._task.delegate_to:
-            return f"container {task_vars['pct_vmid']} on node {task_vars.get('pct_node') or 'localhost'}"
+        if host_vmid(task_vars) is not None and not self._task.delegate_to:
+            return f"container {host_vmid(task_vars)} on node {host_node(task_vars) or 'localhost'}"
         return f"host {self._node(host, task_vars)}"
 
     def _raise_if_stopped(self, args: dict[str, t.Any], res: dict[str, t.Any]) -> None:

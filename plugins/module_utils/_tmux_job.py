@@ -16,9 +16,12 @@ import shlex
 import socket
 import sys
 import time
+import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import environment
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log import LogError, chown_to, header, prepare, remove_file
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import now, read_exit_record, write_whole
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_gpus import choose_gpus, gpu_lock, running_gpus
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import history_path
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stage import stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import group_alive, stop
@@ -73,20 +76,21 @@ def plan(spec: LaunchSpec, before: Before) -> str:
     return "start"
 
 
-def _write_files(spec: LaunchSpec, started_at: str) -> None:
+def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping[str, t.Any]]) -> None:
     run_dir = spec.run_dir
     for leftover in ("pgid", "stop_requested", "env", "exit", "proven", "state.json"):
         remove_file(os.path.join(run_dir, leftover))
     job = {"session_name": spec.session_name, "log_path": spec.log_path, "argv": job_argv(spec), "chdir": spec.chdir,
            "venv": spec.venv, "user": spec.user, "started_at": started_at, "host": socket.gethostname(),
-           "supervise": dict(spec.supervise), "history_path": history_path()}
+           "supervise": dict(spec.supervise), "history_path": history_path(), "gpus": [gpu["uuid"] for gpu in chosen]}
     failed = stage(run_dir)
     if failed is not None:
         raise JobError("start_failed", f"cannot write {failed}")
     files = [("job.json", json.dumps(job, ensure_ascii=False)),
              ("spec", json.dumps(spec_summary(spec), sort_keys=True, ensure_ascii=True)), ("log_path", spec.log_path or "")]
-    if spec.env:
-        files.append(("env", json.dumps(dict(spec.env), ensure_ascii=False)))
+    env = dict(spec.env, **(environment(chosen) if chosen else {}))
+    if env:
+        files.append(("env", json.dumps(env, ensure_ascii=False)))
     for name, text in files:
         if not write_whole(os.path.join(run_dir, name), text, 0o600):
             remove_file(os.path.join(run_dir, "env"))
@@ -136,7 +140,16 @@ def _restarting(run_dir: str, pgid_file: str, pgid: str) -> bool:
 
 
 def start(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
-    """Rotate the log, write the header and the files, start the session; the start's facts."""
+    """Choose the GPUs, rotate the log, write the header and the files, start the session; the start's facts."""
+    with gpu_lock(spec):
+        chosen = choose_gpus(spec, target)
+        facts = _start(spec, target, before, chosen)
+    if chosen:
+        facts["gpus"] = ",".join(gpu["uuid"] for gpu in chosen)
+    return facts
+
+
+def _start(spec: LaunchSpec, target: Target, before: Before, chosen: list[dict[str, t.Any]]) -> dict[str, str]:
     if spec.log_mode == "fail_if_exists" and os.path.lexists(spec.log_path or ""):
         raise JobError("log_exists", f"log file {spec.log_path} already exists")
     if before.dead_pane or before.lingering:  # a lingering supervisor finishes on its own
@@ -148,7 +161,7 @@ def start(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
     except LogError as exc:
         raise JobError(exc.code, str(exc)) from None
     chown_to(log, target.ids)
-    _write_files(spec, started_at)
+    _write_files(spec, started_at, chosen)
     pane_pid = _new_session(spec, target, started_at)
     facts = {"result": "started", "rotated_log": rotated or "", "started_at": started_at, "pane_pid": pane_pid}
     facts.update(_wait_started(spec, target))
@@ -159,7 +172,7 @@ def _act(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
     if spec.action == "start" and before.running:
         plan(spec, before)  # raises on another spec
         return {"result": "unchanged", "pane_pid": before.pane_pid, "started_at": before.started_at,
-                "proven": "1" if before.proven else "0", "state": "running"}
+                "proven": "1" if before.proven else "0", "state": "running", "gpus": running_gpus(spec.run_dir)}
     if spec.action == "stop":
         if before.running:
             return dict(stop(spec, target, before), result="stopped")
@@ -187,6 +200,8 @@ def launch(spec: LaunchSpec, check_mode: bool = False) -> dict[str, str]:
         facts.update(facts_of(before))
         if check_mode:
             facts["would"] = plan(spec, before)
+            if facts["would"] in ("start", "restart"):  # a request that cannot be given fails in check mode too
+                facts["gpus"] = ",".join(gpu["uuid"] for gpu in choose_gpus(spec, target))
             return facts
         if spec.action == "stop" and not target.tmux.installed:
             facts["result"] = "unchanged"

@@ -17,6 +17,7 @@ import secrets
 import shlex
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, parse_request
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import SIGNALS, changed_settings, supervise_from_params
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -54,6 +55,10 @@ class LaunchSpec:
     run_root: str = RUN_DIR
     # the supervisor's settings (docs/job-life.md), sorted (key, value) pairs: _job_policy.supervise_from_params
     supervise: tuple[tuple[str, t.Any], ...] = ()
+    # the GPUs asked for (_gpu_alloc.parse_request), those a count must not take, and the nvidia-smi that lists them
+    gpus: tuple[str, t.Any] | None = None
+    gpu_exclude: tuple[str, ...] = ()
+    nvidia_smi: str = "nvidia-smi"
 
     @property
     def action(self) -> str:
@@ -160,6 +165,19 @@ def _numbers(params: t.Mapping[str, t.Any]) -> tuple[int, str, int]:
     return keep, signal, stop_timeout
 
 
+def _gpus(params: t.Mapping[str, t.Any], env: tuple[tuple[str, str], ...]) -> tuple[str, t.Any] | None:
+    try:
+        request = parse_request(params.get("gpus"))
+    except GpuError as exc:
+        raise SpecError(str(exc)) from None
+    if request is not None and "CUDA_VISIBLE_DEVICES" in dict(env):
+        raise SpecError("Invalid env key CUDA_VISIBLE_DEVICES together with gpus: gpus sets it to the GPUs it chooses; drop one of them")
+    for item in params.get("gpu_exclude") or ():
+        if not isinstance(item, str) or not item.strip() or "\0" in item:
+            raise SpecError(f"Invalid gpu_exclude item {item!r}: use GPU indices or UUIDs")
+    return request
+
+
 def spec_from_params(params: t.Mapping[str, t.Any]) -> LaunchSpec:
     """Validate the module options (before any pct call); raise SpecError naming the option."""
     state = params.get("state") or "started"
@@ -172,13 +190,16 @@ def spec_from_params(params: t.Mapping[str, t.Any]) -> LaunchSpec:
         supervise = supervise_from_params(params) if starting else ()
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    env = _env(params.get("env"))
+    gpus = _gpus(params, env) if starting else None
     return LaunchSpec(
         session_name=_session_name(params.get("session_name")), state=state,
-        command=command, argv=argv, chdir=_absolute("chdir", params.get("chdir")), env=_env(params.get("env")),
+        command=command, argv=argv, chdir=_absolute("chdir", params.get("chdir")), env=env,
         venv=_absolute("venv", params.get("venv")), user=_user(params.get("user")),
         log_path=_log_path(params.get("log_path"), required=starting),
         log_mode=params.get("log_mode") or "rotate", log_keep=keep, stop_signal=signal, stop_timeout=stop_timeout,
-        supervise=supervise)
+        supervise=supervise, gpus=gpus, gpu_exclude=tuple(str(i).strip() for i in params.get("gpu_exclude") or ()),
+        nvidia_smi=params.get("nvidia_smi") or "nvidia-smi")
 
 
 def _canonical(data: t.Any) -> bytes:
@@ -192,6 +213,8 @@ def spec_hash(spec: LaunchSpec) -> str:
     supervise = changed_settings(spec.supervise)
     if supervise:  # only when set: the hash of a job without them is what it was before the supervisor had them
         data["supervise"] = supervise
+    if spec.gpus is not None:  # the request, not the GPUs chosen: a re-run asking the same is the same job
+        data["gpus"] = [spec.gpus[0], list(spec.gpus[1]) if isinstance(spec.gpus[1], tuple) else spec.gpus[1]]
     return hashlib.sha256(_canonical(data)).hexdigest()
 
 
@@ -202,10 +225,21 @@ def _env_digest(salt: str, key: str, value: str) -> str:
 def spec_summary(spec: LaunchSpec, salt: str | None = None) -> dict[str, t.Any]:
     """The spec without env values (salted per-key digests only), stored next to the session."""
     salt = salt or secrets.token_hex(8)
-    return {"command": spec.command, "argv": list(spec.argv) if spec.argv else None, "chdir": spec.chdir,
-            "venv": spec.venv, "user": spec.user, "log_path": spec.log_path, "env_salt": salt,
-            "env": {key: _env_digest(salt, key, value) for key, value in spec.env},
-            "supervise": {key: ("(set)" if key == "notify_url" else value) for key, value in changed_settings(spec.supervise).items()}}
+    summary = {"command": spec.command, "argv": list(spec.argv) if spec.argv else None, "chdir": spec.chdir,
+               "venv": spec.venv, "user": spec.user, "log_path": spec.log_path, "env_salt": salt,
+               "env": {key: _env_digest(salt, key, value) for key, value in spec.env},
+               "supervise": {key: ("(set)" if key == "notify_url" else value) for key, value in changed_settings(spec.supervise).items()}}
+    if spec.gpus is not None:
+        summary["gpus"] = gpus_text(spec)
+    return summary
+
+
+def gpus_text(spec: LaunchSpec) -> str | None:
+    """The GPU request as a user wrote it: all, 2, or 0,2; None without one."""
+    if spec.gpus is None:
+        return None
+    kind, value = spec.gpus
+    return "all" if kind == "all" else str(value) if kind == "count" else ",".join(value)
 
 
 def display_command(spec: LaunchSpec) -> str:

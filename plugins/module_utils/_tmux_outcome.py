@@ -28,6 +28,7 @@ _FIX = {
     "lock_timeout": "another launch of this session is still running; retry when it is done "
                     "(a lock left by a killed launch is removed automatically once its process is gone)",
     "start_failed": "nothing was started",
+    "gpu_unavailable": "nothing was started",
     "stop_failed": "the processes may be stuck in the kernel (state D); check them with ps inside the container",
 }
 
@@ -54,7 +55,7 @@ def _differences(spec: LaunchSpec, running: dict[str, t.Any]) -> list[str]:
     """Human readable differences between the running session's summary and ``spec`` (no env values)."""
     wanted = spec_summary(spec, str(running.get("env_salt") or ""))
     diffs = []
-    for key in ("command", "argv", "chdir", "venv", "user", "log_path"):
+    for key in ("command", "argv", "chdir", "venv", "user", "log_path", "gpus"):
         if running.get(key) != wanted.get(key):
             diffs.append(f"{key} differs (running: {json.dumps(running.get(key))}, wanted: {json.dumps(wanted.get(key))})")
     have, want = running.get("env") or {}, wanted["env"]
@@ -176,4 +177,6 @@ def result(spec: LaunchSpec, facts: dict[str, str], check_mode: bool) -> dict[st
         out["exit_status"] = _int(facts["exit_status"])
     if facts.get("killed") == "1":
         out["killed"] = True
+    if facts.get("gpus") and state in ("running", "finished"):
+        out["gpus"] = facts["gpus"].split(",")
     return out

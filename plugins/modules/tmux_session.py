@@ -228,6 +228,33 @@ options:
       - How many last log lines an event carries, V(0) to V(200).
     type: int
     default: 10
+  gpus:
+    description:
+      - The NVIDIA GPUs the job gets, among those the target can open (as C(nvidia-smi) lists them there);
+        V(all), a count (V(2)), or a list of indices as C(nvidia-smi) numbers them on the target or GPU UUIDs (V([0, 2])).
+      - The job gets C(CUDA_VISIBLE_DEVICES) set to the UUIDs of the GPUs chosen (CUDA accepts UUIDs, which name the same
+        GPU on the node and in every container), and RV(gpus) returns them.
+      - A count takes the free GPUs with the lowest indices; a GPU that another running session of this module on the target
+        holds is never given, so two jobs in one container never share a GPU. V(all) or named GPUs fail when one of them
+        is held. The choices of concurrent launches on one target are serialised with a lock (C(/run/trainops/gpus.lock)).
+      - Part of the job spec (the request, not the GPUs chosen), so a re-run with the same request leaves the job running.
+      - When the GPUs cannot be given, nothing is started and the error names each GPU and what holds it.
+      - Not with a C(CUDA_VISIBLE_DEVICES) key in O(env).
+    type: raw
+  gpu_exclude:
+    description:
+      - GPUs (indices or UUIDs) a count in O(gpus) must not take, for example the busy ones M(trainops.pct_launch.gpu_info)
+        reported from the node (its RV(trainops.pct_launch.gpu_info#module:busy_uuids)).
+      - Ignored for V(all) and named GPUs, which the busy-GPU check of C(playbooks/preflight.yml) warns about or refuses.
+    type: list
+    elements: str
+    default: []
+  nvidia_smi:
+    description:
+      - The C(nvidia-smi) program on the target that lists its GPUs for O(gpus), a name looked up in C(PATH) and
+        C(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), or an absolute path.
+    type: str
+    default: nvidia-smi
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -308,6 +335,14 @@ EXAMPLES = r"""
     stall_pattern: 'step \d+'
     stall_action: restart
     notify_url: "{{ vault_webhook_url }}"
+
+- name: Train on two free GPUs of the container (CUDA_VISIBLE_DEVICES is set to their UUIDs)
+  trainops.pct_launch.tmux_session:
+    session_name: train-gpu
+    argv: [python3, train.py]
+    chdir: /workspace
+    log_path: /workspace/train.log
+    gpus: 2
 """
 
 RETURN = r"""
@@ -367,6 +402,13 @@ proven:
   returned: always
   type: bool
   sample: true
+gpus:
+  description:
+    - UUIDs of the GPUs the job was given (O(gpus)), in the order of C(CUDA_VISIBLE_DEVICES); in check mode, the ones it would get.
+  returned: when O(gpus) gave the running or finished job GPUs
+  type: list
+  elements: str
+  sample: ["GPU-4b1d6e0a-6c8b-4a57-9f1e-3f8a5c2d7e10"]
 killed:
   description: True when stopping needed C(SIGKILL) after O(stop_timeout).
   returned: when stopping needed SIGKILL
@@ -399,6 +441,9 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
     stop_signal=dict(type="str", choices=["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"], default="TERM"),
     stop_timeout=dict(type="int", default=30),
+    gpus=dict(type="raw"),
+    gpu_exclude=dict(type="list", elements="str", default=[]),
+    nvidia_smi=dict(type="str", default="nvidia-smi"),
     **SUPERVISE_SPEC,
 )
 

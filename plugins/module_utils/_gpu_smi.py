@@ -1,0 +1,203 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""What the host this runs on sees of its NVIDIA GPUs, through ``nvidia-smi`` and ``/proc``.
+
+The one reader of nvidia-smi's output in the collection. It runs in two places:
+
+* in a container (or any host), by ``gpu_info`` and ``tmux_session``: the GPUs that host can open, their
+  utilisation and memory (visible in a container too), its device files and its user-space driver libraries;
+* on the Proxmox VE node, sent on the standard input of ``python3 -`` by ``gpu_info``'s action
+  (``main`` prints ``node_report`` as JSON): the same GPUs, and each compute process with the container it
+  belongs to. The driver knows processes only by their PID in the node's PID namespace, so inside a
+  container ``--query-compute-apps`` lists nothing; only the node can name them, from ``/proc/PID/cgroup``.
+
+Queries and formats are NVIDIA's documented ones: ``--query-gpu=...`` and ``--query-compute-apps=...`` with
+``--format=csv,noheader,nounits`` (one line per item, values separated by ", ", memory in MiB,
+utilisation in %, ``[N/A]`` or ``[Not Supported]`` for a value the GPU does not report).
+Standard library only: the node may have nothing else.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import typing as t
+
+GPU_FIELDS = ("index", "uuid", "name", "driver_version", "utilization.gpu", "memory.used", "memory.total")
+APP_FIELDS = ("pid", "gpu_uuid", "process_name", "used_memory")
+FORMAT = "--format=csv,noheader,nounits"
+_NUMERIC = frozenset(("index", "utilization.gpu", "memory.used", "memory.total", "pid", "used_memory"))
+_KEYS = {"utilization.gpu": "utilization", "memory.used": "memory_used", "memory.total": "memory_total"}
+# Proxmox VE (cgroup v2): 0::/lxc/200/ns/...; LXC 4+ elsewhere: lxc.payload.200 (v1 or v2), lxc.payload.200-1 when
+# an older cgroup of that name was left over. Not the monitor (lxc.monitor.200, lxc.monitor/200), which runs on the node.
+_CGROUP_VMID = re.compile(r"(?:^|/)lxc(?:/|\.payload[./])([0-9]+)(?:-[0-9]+)?(?:/|$)")
+LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib64",
+                "/usr/local/nvidia/lib64", "/usr/local/nvidia/lib")
+LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
+SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TIMEOUT = 30
+
+
+def query_argv(nvidia_smi: str, what: str) -> list[str]:
+    """``nvidia-smi --query-gpu=...`` (``what`` gpu) or ``--query-compute-apps=...`` (apps), CSV without header or units."""
+    fields = GPU_FIELDS if what == "gpu" else APP_FIELDS
+    option = "--query-gpu=" if what == "gpu" else "--query-compute-apps="
+    return [nvidia_smi, option + ",".join(fields), FORMAT]
+
+
+def _value(field: str, text: str) -> t.Any:
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]"):  # [N/A], [Not Supported], [Insufficient Permissions]
+        return None
+    if field in _NUMERIC:
+        try:
+            return int(float(text))
+        except ValueError:
+            return None
+    return text
+
+
+def parse_csv(text: str, fields: t.Sequence[str]) -> list[dict[str, t.Any]]:
+    """Rows of ``--format=csv,noheader,nounits`` output as dicts (keys: the field names, dots as in ``_KEYS``)."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = line.split(", ")
+        if len(values) != len(fields):  # a name with ", " in it: the name is the only free-text field
+            extra = len(values) - len(fields)
+            at = list(fields).index("name") if "name" in fields and extra > 0 else -1
+            if at < 0:
+                continue
+            values[at:at + extra + 1] = [", ".join(values[at:at + extra + 1])]
+        rows.append({_KEYS.get(field, field): _value(field, value) for field, value in zip(fields, values)})
+    return rows
+
+
+def find_program(name: str) -> str | None:
+    """``name`` itself when it is a path, else found in the search path (pct gives containers a short PATH)."""
+    if "/" in name:
+        return name if os.access(name, os.X_OK) else None
+    for folder in (os.environ.get("PATH", "") + ":" + SEARCH_PATH).split(":"):
+        candidate = os.path.join(folder or ".", name)
+        if folder and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def run(argv: t.Sequence[str]) -> tuple[int, str]:
+    """Exit status and output (stdout, then stderr) of a query; 127 when it cannot run."""
+    try:
+        proc = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, str(exc)
+    text = proc.stdout.decode("utf-8", "replace")
+    if proc.returncode != 0:
+        text = (text + proc.stderr.decode("utf-8", "replace")).strip()
+    return proc.returncode, text
+
+
+def vmid_of_cgroup(text: str) -> int | None:
+    """The VMID of the LXC container whose cgroup ``/proc/PID/cgroup`` names, or None (the node itself)."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        match = _CGROUP_VMID.search(path)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def gpus(nvidia_smi: str = "nvidia-smi") -> dict[str, t.Any]:
+    """``{"nvidia_smi", "gpus", "driver_version", "error"}`` for this host; no nvidia-smi: no GPU, no error."""
+    program = find_program(nvidia_smi)
+    if program is None:
+        return {"nvidia_smi": None, "gpus": [], "driver_version": None, "error": None}
+    rc, text = run(query_argv(program, "gpu"))
+    if rc != 0:
+        return {"nvidia_smi": program, "gpus": [], "driver_version": None, "error": f"{' '.join(query_argv(program, 'gpu'))} exited {rc}: {text}"}
+    rows = parse_csv(text, GPU_FIELDS)
+    versions = sorted({row["driver_version"] for row in rows if row.get("driver_version")})
+    return {"nvidia_smi": program, "gpus": rows, "driver_version": versions[0] if versions else None, "error": None}
+
+
+def processes(program: str, proc: str = "/proc") -> tuple[list[dict[str, t.Any]], str | None]:
+    """The compute processes as this host's PID namespace sees them, each with the container it belongs to."""
+    rc, text = run(query_argv(program, "apps"))
+    if rc != 0:
+        return [], f"{' '.join(query_argv(program, 'apps'))} exited {rc}: {text}"
+    found = []
+    for row in parse_csv(text, APP_FIELDS):
+        cgroup = _read(os.path.join(proc, str(row.get("pid")), "cgroup")) if row.get("pid") else None
+        row["vmid"] = vmid_of_cgroup(cgroup) if cgroup is not None else None
+        row["cgroup_known"] = cgroup is not None
+        found.append(row)
+    return found, None
+
+
+def node_report(nvidia_smi: str = "nvidia-smi", proc: str = "/proc") -> dict[str, t.Any]:
+    """What the node sees: its GPUs, and each compute process with its container (``vmid``, None: the node)."""
+    report = gpus(nvidia_smi)
+    report["processes"] = []
+    if report["nvidia_smi"] and not report["error"]:
+        report["processes"], report["error"] = processes(report["nvidia_smi"], proc)
+    return report
+
+
+def device_files(dev: str = "/dev") -> list[dict[str, t.Any]]:
+    """NVIDIA's device files here: nvidiactl, nvidia-uvm, nvidia-uvm-tools and nvidiaN, each present or not."""
+    names = ["nvidiactl", "nvidia-uvm"] + sorted((os.path.basename(p) for p in glob.glob(os.path.join(dev, "nvidia[0-9]*"))),
+                                               key=lambda n: int(re.sub(r"\D", "", n) or 0))
+    found = []
+    for name in names:
+        path = os.path.join(dev, name)
+        try:
+            char = stat.S_ISCHR(os.stat(path).st_mode)
+            present = True
+        except OSError:
+            char = present = False
+        found.append({"path": path, "present": present, "char_device": char})
+    return found
+
+
+def library_versions(dirs: t.Sequence[str] = LIBRARY_DIRS) -> dict[str, list[str]]:
+    """The versions of NVIDIA's user-space libraries installed here (``libcuda.so.550.54.15``: 550.54.15)."""
+    versions: dict[str, list[str]] = {}
+    for library in LIBRARIES:
+        found = set()
+        for folder in dirs:
+            for path in glob.glob(os.path.join(folder, library + ".*")):
+                suffix = os.path.basename(path)[len(library) + 1:]
+                if re.fullmatch(r"[0-9]+(\.[0-9]+){1,2}", suffix):
+                    found.add(suffix)
+        versions[library] = sorted(found)
+    return versions
+
+
+def host_report(nvidia_smi: str = "nvidia-smi") -> dict[str, t.Any]:
+    """What a container (or any host) has for a GPU job: its GPUs, device files and user-space libraries."""
+    return dict(gpus(nvidia_smi), device_files=device_files(), libraries=library_versions())
+
+
+def main(argv: t.Sequence[str]) -> int:
+    """``python3 - [--nvidia-smi PATH] [--host]``: ``node_report`` (or ``host_report``) as one JSON line."""
+    program = argv[argv.index("--nvidia-smi") + 1] if "--nvidia-smi" in argv[:-1] else "nvidia-smi"
+    print(json.dumps(host_report(program) if "--host" in argv else node_report(program), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

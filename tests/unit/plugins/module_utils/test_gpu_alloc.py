@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""The GPU request of tmux_session and the choice among the GPUs of a host."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _gpu_alloc as A
+
+GPUS = [{"index": i, "uuid": f"GPU-{i}aaaaaaa-0000-4000-8000-00000000000{i}", "name": "NVIDIA A100"} for i in range(4)]
+
+
+@pytest.mark.parametrize(("value", "parsed"), [
+    (None, None), ("", None), ([], None),
+    ("all", ("all", None)), ("ALL", ("all", None)),
+    (2, ("count", 2)), ("2", ("count", 2)),
+    ([0, 2], ("ids", ("0", "2"))), ("0,2", ("ids", ("0", "2"))), (["GPU-abc-1"], ("ids", ("GPU-abc-1",))),
+    (["MIG-1f3b-2"], ("ids", ("MIG-1f3b-2",))),
+])
+def test_requests(value: object, parsed: object) -> None:
+    assert A.parse_request(value) == parsed
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    (0, "a count is from 1 to 1024"), (True, "Invalid gpus True"), ("two", "Invalid gpus item 'two'"),
+    ([0, 0], "listed twice"), (["x;rm -rf /"], "Invalid gpus item"), ({"a": 1}, "Invalid gpus"), ([True], "Invalid gpus item True"),
+])
+def test_bad_requests_name_the_option(value: object, words: str) -> None:
+    with pytest.raises(A.GpuError, match="gpus") as info:
+        A.parse_request(value)
+    assert words in str(info.value)
+
+
+def test_a_count_takes_the_free_gpus_with_the_lowest_indices() -> None:
+    holders = {GPUS[0]["uuid"]: "train-a"}
+    chosen = A.allocate(("count", 2), GPUS, holders, exclude={GPUS[1]["uuid"]})
+    assert [gpu["index"] for gpu in chosen] == [2, 3]
+    assert [gpu["index"] for gpu in A.allocate(("count", 1), GPUS, {}, exclude={"0"})] == [1]
+    assert A.environment(chosen) == {"CUDA_VISIBLE_DEVICES": f"{GPUS[2]['uuid']},{GPUS[3]['uuid']}"}
+
+
+def test_too_few_free_gpus_names_what_holds_them() -> None:
+    with pytest.raises(A.GpuError) as info:
+        A.allocate(("count", 3), GPUS, {GPUS[0]["uuid"]: "train-a"}, exclude={GPUS[1]["uuid"]})
+    text = str(info.value)
+    assert text.startswith("3 GPUs asked for, 2 free of 4 (GPU 0 (")
+    assert "held by session train-a" in text and f"GPU 1 ({GPUS[1]['uuid']}, NVIDIA A100) busy" in text
+
+
+def test_all_and_named_gpus_fail_when_one_is_held_but_ignore_exclude() -> None:
+    assert len(A.allocate(("all", None), GPUS, {}, exclude={GPUS[0]["uuid"]})) == 4
+    assert [g["index"] for g in A.allocate(("ids", ("3", GPUS[1]["uuid"])), GPUS, {})] == [3, 1]
+    with pytest.raises(A.GpuError, match="GPU 2 .* is held by session other in this container"):
+        A.allocate(("all", None), GPUS, {GPUS[2]["uuid"]: "other"})
+    with pytest.raises(A.GpuError, match="GPU 7 is not visible on this host"):
+        A.allocate(("ids", ("7",)), GPUS, {})
+    with pytest.raises(A.GpuError, match="no GPU is visible on this host"):
+        A.allocate(("count", 1), [], {})
+
+
+def _session(root: Path, name: str, gpus: object) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "job.json").write_text(json.dumps({"session_name": name, "gpus": gpus}), encoding="utf-8")
+
+
+def test_held_reads_the_running_sessions_only(tmp_path: Path) -> None:
+    _session(tmp_path, "a", ["GPU-1", "GPU-2"])
+    _session(tmp_path, "b", ["GPU-3"])
+    _session(tmp_path, "c", [])
+    _session(tmp_path, "me", ["GPU-4"])
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "job.json").write_text("{not json", encoding="utf-8")
+    (tmp_path / "gpus.lock").write_text("", encoding="utf-8")
+    assert A.held(str(tmp_path), lambda name: name != "b", "me") == {"GPU-1": "a", "GPU-2": "a"}
+    assert A.held(str(tmp_path / "missing"), lambda name: True, "") == {}
+
+
+def _hold(root: str, seconds: float, marks: "multiprocessing.Queue[str]") -> None:
+    with A.locked(root):
+        marks.put("in")
+        time.sleep(seconds)
+        marks.put("out")
+
+
+def test_the_lock_serialises_the_choices_of_two_processes(tmp_path: Path) -> None:
+    marks: "multiprocessing.Queue[str]" = multiprocessing.Queue()
+    first = multiprocessing.Process(target=_hold, args=(str(tmp_path), 0.5, marks))
+    first.start()
+    assert marks.get(timeout=10) == "in"
+    second = multiprocessing.Process(target=_hold, args=(str(tmp_path), 0, marks))
+    second.start()
+    assert [marks.get(timeout=10) for _ in range(3)] == ["out", "in", "out"]
+    first.join()
+    second.join()
+    assert oct(os.stat(tmp_path / A.LOCK_NAME).st_mode & 0o777) == "0o600"
