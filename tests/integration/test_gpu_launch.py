@@ -7,7 +7,7 @@ NVIDIA's CSV formats), and the GPU processes are real processes placed in real c
 mapping PID -> /proc/PID/cgroup -> VMID that gpu_info's node side makes is tested on the kernel's own answers.
 Everything runs through ansible-playbook and the collection's pct connection, as users run it.
 
-VMIDs: 680 (with tmux: the jobs), 681 (another container holding a GPU).
+VMIDs: 680 (with tmux: the jobs), 681 (another container holding a GPU), 682 (on the remote node pve-a).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 
 from .conftest import REPO, StandinNode
 from .gpu_standin import GPU_UUIDS, edit_state, gpu_entries, gpu_process_in_container, gpu_process_on_node, gpu_processes
-from .gpu_standin import install_in_container, install_node_smi, remove_devices, state_of, sync_container_view
+from .gpu_standin import install_in_container, install_node_smi, install_remote_node_smi, remove_devices, state_of, sync_container_view
 from .playbook_results import CALLBACKS, ansible_playbook, container_host, run_tasks, task_results
 
 pytestmark = pytest.mark.integration
@@ -189,3 +189,21 @@ def test_a_gpu_job_is_refused_where_device_files_or_driver_libraries_are_wrong(t
     assert proc.returncode != 0 and f"Cannot launch broken on GPUs in CT {CT_JOBS}: " in flat and "Nothing was started" in flat, proc.stdout[-3000:]
     assert standin.sh(CT_JOBS, "tmux has-session -t =broken", check=False).returncode != 0
     install_in_container(standin, CT_JOBS, gpu_entries(4))
+
+
+def test_a_remote_node_is_asked_through_the_connections_ssh(tmp_path: Path, remote_nodes: t.Any) -> None:
+    """A container on pve-a (its own sshd on loopback): the node's view comes over the pct connection's ssh."""
+    node = remote_nodes["pve-a"]
+    vmid = remote_nodes.create("pve-a", 682)
+    program, on_node = install_remote_node_smi(node, gpu_entries(2))
+    install_in_container(node, vmid, gpu_entries(2))
+    with gpu_processes():
+        pid = gpu_process_in_container(node, vmid, GPU_UUIDS[1], 1000, state_of(program))
+        host = container_host(vmid, pct_node="pve-a", pct_ssh_args=f"-F {remote_nodes.ssh_config}")
+        run = run_tasks(tmp_path, {"remote": host}, [{"name": "gpu", "trainops.pct_launch.gpu_info": {"node_nvidia_smi": on_node}}],
+                        options=("-vvv",))
+        result = run.result("gpu", "remote")
+    assert [(p["pid"], p["vmid"]) for p in result["node"]["processes"]] == [(pid, vmid)], result["node"]
+    assert [(f["index"], f["kind"]) for f in result["busy"]] == [(1, "this_container")], result["busy"]
+    node_calls = [line for line in run.proc.stdout.splitlines() if line.startswith("<remote> NODE EXEC ")]
+    assert len(node_calls) == 1 and " pve-a -- " in node_calls[0] and "python3 - --nvidia-smi" in node_calls[0], node_calls

@@ -377,14 +377,14 @@ def test_preflight_stopped_container(containers: Containers, stopped_ct: int) ->
     host = f"ct{vmid}"
     run = containers.run("playbooks/launch.yml", vmid)
     assert run.rc != 0, run.output
-    failed = run.result("Check that the container exists on its node and runs", host)
-    assert failed["status"] == "failed", failed
-    assert f"CT {vmid} ({host})" in failed["msg"] and "is not running (status: stopped)" in failed["msg"], failed["msg"]
-    assert f"pct start {vmid}" in failed["msg"] and failed["msg"] in run.proc.stdout
+    failed = run.result("Measure the free space where the log will be written", host)
+    assert failed["status"] == "unreachable", failed
+    assert f"container {vmid}" in failed["msg"] and "the container is not running; start it with" in failed["msg"], failed["msg"]
+    assert f"pct start {vmid}" in failed["msg"] and f"pct start {vmid}" in run.proc.stdout
     assert run.hosts_of_play("Prepare containers for a training job") == set()
     assert run.hosts_of_play("Launch the job and prove it started") == set()
     preflight = [task for play in run.results["plays"] for task in play["tasks"] if host in task["hosts"]]
-    assert [task["name"] for task in preflight][-1] == "Check that the container exists on its node and runs"
+    assert [task["name"] for task in preflight][-1] == "Measure the free space where the log will be written", preflight
     assert containers.node.pct("status", vmid).stdout == b"status: stopped\n"
 
 

@@ -119,7 +119,7 @@ def test_a_spec_is_for_the_host_the_module_runs_on() -> None:
     """The vmid path is gone: a spec has no container, and no option names one."""
     fields = {field.name for field in dataclasses.fields(L.LaunchSpec)}
     assert fields == {"session_name", "state", "command", "argv", "chdir", "env", "venv", "user", "log_path", "log_mode", "log_keep",
-                      "stop_signal", "stop_timeout", "run_root", "supervise"}
+                      "stop_signal", "stop_timeout", "run_root", "supervise", "gpus", "gpu_exclude", "nvidia_smi"}
     assert not {"vmid", "pct_path", "timeout"} & fields
     assert "vmid" not in json.dumps(L.spec_summary(spec()))
 
@@ -172,3 +172,24 @@ def test_a_name_is_refused_exactly_as_a_launch_refuses_it(name: str) -> None:
 def test_a_log_path_is_refused_exactly_as_a_launch_refuses_it(path: str) -> None:
     launch_error = _spec_error(log_path=path)
     assert L.name_and_log_errors(None, path) == ([launch_error] if launch_error else [])
+
+
+def test_gpus_are_part_of_the_spec_as_asked_not_as_chosen() -> None:
+    plain, two, again, other = spec(), spec(gpus=2), spec(gpus="2"), spec(gpus=[0, 1])
+    assert plain.gpus is None and two.gpus == ("count", 2) and other.gpus == ("ids", ("0", "1"))
+    assert L.spec_hash(two) == L.spec_hash(again) != L.spec_hash(plain) != L.spec_hash(other) != L.spec_hash(two)
+    assert "gpus" not in L.spec_summary(plain) and L.spec_summary(other)["gpus"] == "0,1" and L.spec_summary(spec(gpus="all"))["gpus"] == "all"
+    assert spec(gpus=1, gpu_exclude=[" GPU-a ", "3"]).gpu_exclude == ("GPU-a", "3")
+    assert spec(state="stopped", command=None, log_path=None, gpus="bogus").gpus is None  # a stop asks for nothing
+
+
+@pytest.mark.parametrize(("params", "words"), [
+    ({"gpus": 2, "env": {"CUDA_VISIBLE_DEVICES": "0"}}, "Invalid env key CUDA_VISIBLE_DEVICES together with gpus"),
+    ({"gpus": "many"}, "Invalid gpus item 'many'"),
+    ({"gpus": 0}, "Invalid gpus 0"),
+    ({"gpus": 1, "gpu_exclude": [""]}, "Invalid gpu_exclude item ''"),
+])
+def test_bad_gpu_options_name_the_option(params: dict[str, t.Any], words: str) -> None:
+    with pytest.raises(L.SpecError) as info:
+        spec(**params)
+    assert str(info.value).startswith(words), info.value
