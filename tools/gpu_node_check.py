@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
 """Run the collection's GPU checks on a real Proxmox VE node with NVIDIA GPUs, and print what they found.

@@ -64,6 +64,8 @@ from typing import Any
 from .conftest import REPO, StandinNode
 
 SMI_SOURCE = REPO / "tools" / "pve_standin" / "nvidia_smi.py"
+# Installed as a program: the source has no shebang (ansible-test allows none that names python3), the copy gets one.
+SHEBANG = b"#!/usr/bin/env python3\n"
 DRIVER = "550.54.15"
 GPU_UUIDS = (
     "GPU-3f0c2a1e-7b4d-4e2a-9c1b-5d6e7f809a1b",
@@ -107,7 +109,7 @@ def install_node_smi(directory: Path, gpus: Sequence[dict[str, Any]], driver_ver
     """
     directory.mkdir(parents=True, exist_ok=True)
     program = directory / "nvidia-smi"
-    program.write_bytes(SMI_SOURCE.read_bytes())
+    program.write_bytes(SHEBANG + SMI_SOURCE.read_bytes())
     program.chmod(0o755)
     write_state(state_of(program), smi_state("node", gpus, driver_version))
     return program
@@ -217,7 +219,7 @@ def install_in_container(node: StandinNode, vmid: int, gpus: Sequence[dict[str, 
     container's /dev (a tmpfs): a container restart removes them, call this again after one.
     """
     state = smi_state("container", gpus, driver_version, library_version)
-    push_file(node, vmid, "/usr/bin/nvidia-smi", SMI_SOURCE.read_bytes(), "0755")
+    push_file(node, vmid, "/usr/bin/nvidia-smi", SHEBANG + SMI_SOURCE.read_bytes(), "0755")
     push_file(node, vmid, "/usr/bin/nvidia-smi.json", (json.dumps(state, indent=1) + "\n").encode())
     make_devices(node, vmid, device_names(gpus) if devices is None else devices)
     if libraries:

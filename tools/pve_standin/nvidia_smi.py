@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
 """A stand-in for NVIDIA's ``nvidia-smi``: the CSV query formats, driven by a JSON state file.
 
-Installing it is copying two files: this program as ``<dir>/nvidia-smi`` (mode 0755) and its state
+Installing it is copying two files: this program as ``<dir>/nvidia-smi`` (mode 0755, a ``#!/usr/bin/env python3`` line first: the source has none) and its state
 as ``<dir>/nvidia-smi.json``. The state is found next to the program's real path
 (``os.path.realpath(__file__)``), so a symlink ``/usr/local/bin/nvidia-smi`` to ``/opt/x/nvidia-smi``
 reads ``/opt/x/nvidia-smi.json``. Standard library only; runs on python3.9+ (Debian 11 and newer).

@@ -50,7 +50,7 @@ class Smi:
 
     def __init__(self, directory: Path) -> None:
         self.program = directory / "nvidia-smi"
-        self.program.write_bytes(SOURCE.read_bytes())
+        self.program.write_bytes(b"#!/usr/bin/env python3\n" + SOURCE.read_bytes())
         self.program.chmod(0o755)
         self.state = directory / "nvidia-smi.json"
 
