@@ -5,7 +5,10 @@
 # Run ansible-lint (profile production, configuration in .ansible-lint) over
 # the collection, offline: no Ansible Galaxy installs, no schema refresh; then
 # lint the changelog fragments and preview the next release's changelog
-# (tools/changelog.sh lint).
+# (tools/changelog.sh lint); last, the packaging checks (tools/packaging.sh:
+# the tarball's contents, antsibull-docs, galaxy-importer, ansible-builder, in
+# .venv-packaging, which it makes when missing). Every step runs; the exit
+# status is the last failing step's.
 #
 # Usage: tools/lint.sh [ansible-lint options or paths...]
 set -euo pipefail
@@ -28,5 +31,7 @@ started=$SECONDS
 status=0
 ansible-lint --offline --profile production --config-file "$root/.ansible-lint" "$@" || status=$?
 bash "$root/tools/changelog.sh" lint || status=$?
+echo "== packaging (tools/packaging.sh)"
+bash "$root/tools/packaging.sh" || status=$?
 echo "lint: finished with exit status $status in $((SECONDS - started)) s" >&2
 exit "$status"
