@@ -159,8 +159,8 @@ def node_report(nvidia_smi: str = "nvidia-smi", proc: str = "/proc") -> dict[str
 
 def device_files(dev: str = "/dev") -> list[dict[str, t.Any]]:
     """NVIDIA's device files here: nvidiactl, nvidia-uvm, nvidia-uvm-tools and nvidiaN, each present or not."""
-    names = ["nvidiactl", "nvidia-uvm"] + sorted((os.path.basename(p) for p in glob.glob(os.path.join(dev, "nvidia[0-9]*"))),
-                                               key=lambda n: int(re.sub(r"\D", "", n) or 0))
+    numbered = (os.path.basename(path) for path in glob.glob(os.path.join(dev, "nvidia[0-9]*")))
+    names = ["nvidiactl", "nvidia-uvm"] + sorted(numbered, key=lambda name: int(re.sub(r"\D", "", name) or 0))
     found = []
     for name in names:
         path = os.path.join(dev, name)
@@ -195,9 +195,9 @@ def host_report(nvidia_smi: str = "nvidia-smi") -> dict[str, t.Any]:
 def main(argv: t.Sequence[str]) -> int:
     """``python3 - [--nvidia-smi PATH] [--host]``: ``node_report`` (or ``host_report``) as one JSON line."""
     program = argv[argv.index("--nvidia-smi") + 1] if "--nvidia-smi" in argv[:-1] else "nvidia-smi"
-    print(json.dumps(host_report(program) if "--host" in argv else node_report(program), sort_keys=True))
+    sys.stdout.write(json.dumps(host_report(program) if "--host" in argv else node_report(program), sort_keys=True) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])

@@ -166,7 +166,9 @@ blocking:
   type: list
   elements: dict
 problems:
-  description: What a job asking for O(gpus) would lack on the target (device files, user-space driver libraries of the node's version, GPUs), each with its fix; empty without O(gpus).
+  description:
+    - What a job asking for O(gpus) would lack on the target (device files, user-space driver libraries of the node's
+      version, GPUs), each with its fix; empty without O(gpus).
   returned: always
   type: list
   elements: str

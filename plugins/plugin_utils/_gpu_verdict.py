@@ -59,12 +59,12 @@ def busy(node: t.Mapping[str, t.Any], host: t.Mapping[str, t.Any], vmid: int | N
                                         f"{_mib(app.get('used_memory'))}) in {what}"})
         load, used = gpu.get("utilization"), gpu.get("memory_used")
         if not apps and ((isinstance(load, int) and load >= utilization) or (isinstance(used, int) and used >= memory)):
+            unknown = "" if node.get("gpus") else "; the node was not asked, so processes are unknown"
             findings.append({"index": gpu.get("index"), "uuid": gpu.get("uuid"), "kind": "unnamed", "vmid": None, "pid": None,
                              "process_name": None, "session_name": None,
                              "message": f"{_name(gpu)} is busy ({load if load is not None else '?'} % utilisation, {_mib(used)} used) "
                                         "with no process the node can name (a VM with the GPU passed through, another node's "
-                                        "view, or a process that is exiting)" + ("" if node.get("gpus") else
-                                        "; the node was not asked, so processes are unknown")})
+                                        "view, or a process that is exiting)" + unknown})
     return findings
 
 

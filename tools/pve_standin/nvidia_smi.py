@@ -203,7 +203,7 @@ def render(fields: list[tuple[str, str]], rows: list[list[str]], header: bool, u
     if header:
         lines.append(", ".join(f"{name} [{unit}]" if unit else name for name, unit in fields))
     for row in rows:
-        cells = [f"{value} {unit}" if unit and units else value for value, (_, unit) in zip(row, fields)]
+        cells = [f"{value} {unit}" if unit and units else value for value, (_name, unit) in zip(row, fields)]
         lines.append(", ".join(cells))
     return "".join(line + "\n" for line in lines)
 
@@ -216,7 +216,7 @@ def query_gpu(state: dict[str, Any], opts: dict[str, str]) -> str:
     rows = []
     for gpu in select_gpus(state, opts.get("id")):
         used = gpu_memory_used(gpu, procs)
-        rows.append([gpu_value(name, gpu, state, used) for name, _ in fields])
+        rows.append([gpu_value(name, gpu, state, used) for name, _unit in fields])
     return render(fields, rows, header, units)
 
 
@@ -234,7 +234,7 @@ def query_apps(state: dict[str, Any], opts: dict[str, str]) -> str:
         values = {"pid": proc["pid"], "gpu_uuid": gpu.get("uuid", ""), "gpu_name": gpu.get("name", ""),
                   "gpu_bus_id": gpu.get("pci_bus_id", ""), "process_name": proc["process_name"],
                   "used_gpu_memory": proc.get("used_memory", 0)}
-        rows.append([str(values[name]) for name, _ in fields])
+        rows.append([str(values[name]) for name, _unit in fields])
     return render(fields, rows, header, units)
 
 
@@ -251,15 +251,15 @@ def _row(text: str) -> str:
 
 def summary(state: dict[str, Any], opts: dict[str, str]) -> str:
     """Plain ``nvidia-smi``: a short table in the spirit of NVIDIA's (simplified)."""
-    bar = "+" + "-" * 87 + "+\n"
+    rule = "+" + "-" * 87 + "+\n"
     driver = state.get("driver_version", "")
-    out = [bar, _row(f"NVIDIA-SMI {driver:<22} Driver Version: {driver}"), bar]
+    out = [rule, _row(f"NVIDIA-SMI {driver:<22} Driver Version: {driver}"), rule]
     procs = live_processes(state)
     for gpu in select_gpus(state, opts.get("id")):
         used = gpu_memory_used(gpu, procs)
         out.append(_row(f"{gpu.get('index', 0):>3}  {gpu.get('name', ''):<28} {gpu.get('pci_bus_id', ''):<17}"
                         f" {used:>6}MiB / {gpu.get('memory_total', 0):>6}MiB {gpu.get('utilization', 0):>5}%"))
-    out += [bar, _row("Processes:"), _row(f" GPU        PID   {'Process name':<50}  GPU Memory")]
+    out += [rule, _row("Processes:"), _row(f" GPU        PID   {'Process name':<50}  GPU Memory")]
     shown = [] if state.get("view", "node") == "container" else procs
     index = {g.get("uuid"): g.get("index", 0) for g in state.get("gpus") or []}
     for proc in shown:
@@ -267,7 +267,7 @@ def summary(state: dict[str, Any], opts: dict[str, str]) -> str:
                         f"{proc['process_name'][:50]:<50} {proc.get('used_memory', 0):>8}MiB"))
     if not shown:
         out.append(_row(" No running processes found"))
-    return "".join(out + [bar])
+    return "".join(out + [rule])
 
 
 def help_fields(table: dict[str, tuple[str, str]]) -> str:

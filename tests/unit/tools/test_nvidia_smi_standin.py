@@ -134,7 +134,7 @@ def test_dead_pid_is_dropped_and_memory_sums(smi: Smi, sleeper: subprocess.Popen
 def test_zombie_is_dropped(smi: Smi) -> None:
     proc = subprocess.Popen(["/bin/true"])  # pylint: disable=consider-using-with
     smi.write(processes=[{"pid": proc.pid, "gpu_uuid": UUID0, "used_memory": 1}])
-    for _ in range(200):
+    for _attempt in range(200):
         stat = Path(f"/proc/{proc.pid}/stat").read_text(encoding="utf-8")
         if stat.rsplit(")", 1)[1].split()[0] == "Z":
             break

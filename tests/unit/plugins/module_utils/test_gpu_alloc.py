@@ -96,7 +96,7 @@ def test_the_lock_serialises_the_choices_of_two_processes(tmp_path: Path) -> Non
     assert marks.get(timeout=10) == "in"
     second = multiprocessing.Process(target=_hold, args=(str(tmp_path), 0, marks))
     second.start()
-    assert [marks.get(timeout=10) for _ in range(3)] == ["out", "in", "out"]
+    assert [marks.get(timeout=10), marks.get(timeout=10), marks.get(timeout=10)] == ["out", "in", "out"]
     first.join()
     second.join()
     assert oct(os.stat(tmp_path / A.LOCK_NAME).st_mode & 0o777) == "0o600"

@@ -87,7 +87,8 @@ def test_node_report_names_the_container_of_each_live_process(tmp_path: Path) ->
     for pid, cgroup in ((101, "0::/lxc/200/ns/init.scope\n"), (102, "0::/user.slice\n")):
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "cgroup").write_text(cgroup, encoding="utf-8")
-    program = _fake_smi(tmp_path, 'case "$1" in --query-gpu=*) printf "%s" "$GPUS";; *) printf "101, GPU-a, python3, 500\\n102, GPU-a, /usr/bin/python3, 20\\n103, GPU-a, gone, 1\\n";; esac\n')
+    apps = "101, GPU-a, python3, 500\\n102, GPU-a, /usr/bin/python3, 20\\n103, GPU-a, gone, 1\\n"
+    program = _fake_smi(tmp_path, f'case "$1" in --query-gpu=*) printf "%s" "$GPUS";; *) printf "{apps}";; esac\n')
     os.environ["GPUS"] = "0, GPU-a, NVIDIA A100, 550.54.15, 50, 520, 40960\n"
     try:
         report = S.node_report(program, str(proc))
