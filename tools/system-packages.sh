@@ -23,7 +23,7 @@
 #                recommends it), mmdebstrap and ca-certificates for the images,
 #                python3 for pct, procps for sysctl
 #   nodes        simulated remote nodes (tools/pve_standin/node.sh, benchmarks):
-#                the OpenSSH server and client
+#                the OpenSSH server and client, sudo (pct through sudo: node_become)
 #   tests        what tests/run.sh needs beyond the above: git (sanity's copy of
 #                the collection), tmux (unit tests of the launch on the host),
 #                ShellCheck (sanity), strace (tests/integration/test_system_packages.py)
@@ -33,7 +33,7 @@ group_packages() {
     case "$1" in
         bootstrap) echo python3 python3-venv ;;
         standin) echo lxc lxc-templates mmdebstrap python3 ca-certificates procps ;;
-        nodes) echo openssh-server openssh-client ;;
+        nodes) echo openssh-server openssh-client sudo ;;
         tests) echo git tmux shellcheck strace ;;
         *) echo "system-packages: unknown group '$1' (groups: bootstrap standin nodes tests)" >&2; return 2 ;;
     esac

@@ -11,7 +11,7 @@ version_added: 0.1.0
 author:
   - trainops contributors (!UNKNOWN)
 description:
-  - Runs commands and transfers files in a Proxmox VE LXC container through C(pct exec VMID -- CMD) on the Proxmox node.
+  - Runs commands and transfers files in a Proxmox VE LXC container through C(pct exec VMID --keep-env 1 -- CMD) on the Proxmox node.
   - When O(node) is not set, the controller is the Proxmox node and the local C(pct) is run.
     When O(node) is set, the node is reached with the OpenSSH client (C(ssh -T -o BatchMode=yes)) and C(pct) runs there.
   - Commands never get a terminal. C(pct exec) would make C(lxc-attach) allocate a pty for the command when any of its
@@ -20,9 +20,18 @@ description:
   - C(pct) runs with a small login-like environment instead of the controller's environment, namely
     C(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), C(LANG=C.UTF-8), C(HOME), C(LOGNAME) and C(USER)
     of the user running C(pct) (on a remote node as root, C(HOME=/root)).
-    C(pct exec) keeps its environment for the command by default (C(--keep-env 1)), so this is also the environment
-    inside the container, except for C(PATH), which C(pct) sets to C(/sbin:/bin:/usr/sbin:/usr/bin).
+    The connection always passes C(--keep-env 1) to C(pct exec) explicitly, because pve-container marks its default
+    (keep the environment) to change to V(0) in a later major version, and the collection relies on the environment it gives
+    C(pct) reaching the container. So this is also the environment inside the container, except for C(PATH), which C(pct)
+    sets to C(/sbin:/bin:/usr/sbin:/usr/bin) (programs in C(/usr/local/bin) are not found by bare name).
     Use the C(environment) keyword for anything else, but never for secrets (they show in the process list of the node).
+  - 'With O(node_become), sudo resets the environment first (its C(env_reset), the default of Debian and Proxmox VE), so the
+    command in the container sees what sudo gives C(pct) instead, measured with Debian 12''s sudo 1.9.13 and its default
+    sudoers: C(PATH=/sbin:/bin:/usr/sbin:/usr/bin) (set by C(pct)), C(LANG=C.UTF-8) (kept by sudo), C(HOME=/root),
+    C(LOGNAME=root), C(USER=root), C(SHELL=/bin/bash), C(MAIL=/var/mail/root), C(TERM=unknown), C(SUDO_USER),
+    C(SUDO_UID) and C(SUDO_GID) of the node login, and C(SUDO_COMMAND), the whole C(pct exec) command line including the
+    command run in the container (so a tmux server started by the first launch keeps it in its global environment).
+    Variables of the C(environment) keyword are unaffected: they are set by the shell inside the container.'
   - Commands run as root inside the container, in the directory C(/).
   - Files are streamed through standard input and output of C(pct exec) (C(sh -c 'cat > "$1"') and C(cat)),
     never held in memory, and checked by exit status.
@@ -31,15 +40,22 @@ options:
     description:
       - VMID of the container, an integer from V(100) to V(999999999).
       - Required. Usually set per host in the inventory with the C(pct_vmid) variable.
+      - C(proxmox_vmid), the name community.proxmox uses (its C(proxmox_pct_remote) connection and its C(proxmox)
+        inventory), is read too, so hosts written for it work unchanged; when a host has both, C(pct_vmid) wins.
     type: integer
     vars:
+      - name: proxmox_vmid
       - name: pct_vmid
   node:
     description:
       - Name or address of the Proxmox node that runs the container, reached with C(ssh).
       - When not set, the controller itself is the Proxmox node and C(pct) is run locally.
+      - C(proxmox_node), the name community.proxmox uses (its C(proxmox) inventory sets it to the node's name in the
+        cluster), is read too; when a host has both, C(pct_node) wins. That name is then the C(ssh) destination; when it
+        does not resolve from the controller, set O(node_address) or a C(Host) entry in the ssh configuration.
     type: string
     vars:
+      - name: proxmox_node
       - name: pct_node
     env:
       - name: ANSIBLE_PCT_NODE
@@ -60,7 +76,7 @@ options:
       - name: ANSIBLE_PCT_NODE_ADDRESS
   node_user:
     description:
-      - User to log in to O(node) as with C(ssh). C(pct) needs root on the node.
+      - User to log in to O(node) as with C(ssh). C(pct) needs root on the node, so a user other than root needs O(node_become).
       - When not set, C(ssh) decides (its configuration or the controller user).
       - Only used when O(node) is set.
     type: string
@@ -68,6 +84,38 @@ options:
       - name: pct_node_user
     env:
       - name: ANSIBLE_PCT_NODE_USER
+  node_become:
+    description:
+      - Run C(pct) on the node as root with O(node_become_exe) (C(sudo)), for a node login (O(node_user)) that is not root,
+        or a controller user that is not root when the controller is the node.
+      - 'The node then runs C(env -i -C / VARS... sudo -n -- pct exec ...). Only C(pct) runs under sudo, so a sudoers rule
+        that allows only C(pct) is enough, for example the line C(trainops ALL=NOPASSWD: /usr/sbin/pct)
+        (root is the default target user) in a file in C(/etc/sudoers.d/).'
+      - 'C(sudo -n) never prompts, because a password prompt cannot work without a terminal, and this connection never
+        allocates one. When sudo wants a password (C(sudo: a password is required)), the error says which sudoers rule is missing.'
+      - Sudo resets the environment of C(pct), and so of the command in the container; see the description above.
+    type: boolean
+    default: false
+    vars:
+      - name: pct_node_become
+    env:
+      - name: ANSIBLE_PCT_NODE_BECOME
+    ini:
+      - section: pct_connection
+        key: node_become
+  node_become_exe:
+    description:
+      - The program that runs C(pct) as root when O(node_become) is set, called as C(EXE -n -- pct ...), a name looked up in
+        C(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin) on the node or an absolute path.
+    type: string
+    default: sudo
+    vars:
+      - name: pct_node_become_exe
+    env:
+      - name: ANSIBLE_PCT_NODE_BECOME_EXE
+    ini:
+      - section: pct_connection
+        key: node_become_exe
   ssh_executable:
     description:
       - The OpenSSH client used to reach O(node).
@@ -153,6 +201,11 @@ notes:
   - The container must be running and must have C(/bin/sh) and C(cat).
   - Errors name the container, for example when it does not exist on the node, is not running,
     or when C(pct) is not found (set O(pct_path) on a node that is not a standard Proxmox VE installation).
+  - The connection's method C(node_command), given an argv list and optionally bytes for standard input (C(in_data)),
+    runs a program on the Proxmox node itself rather than in the container (locally with the small environment above,
+    or through the same C(ssh) as C(pct)), never under sudo even with O(node_become), because it is meant for read-only
+    queries of the node such as C(nvidia-smi) or C(/proc); it returns the exit status, standard output and standard
+    error, and fails only when the program cannot be started or C(ssh) fails.
 seealso:
   - name: pct manual
     description: The Proxmox VE container toolkit.
@@ -175,6 +228,18 @@ EXAMPLES = r"""
 #       pct_vmid: 201
 #       pct_node: pve1.example.org
 #       pct_node_user: root
+#
+# A host written for community.proxmox (proxmox_vmid, proxmox_node), reached as a
+# user that may run only pct through sudo (on the node, in /etc/sudoers.d/trainops:
+#   trainops ALL=(root) NOPASSWD: /usr/sbin/pct)
+# all:
+#   hosts:
+#     trainer3:
+#       ansible_connection: trainops.pct_launch.pct
+#       proxmox_vmid: 202
+#       proxmox_node: pve2.example.org
+#       pct_node_user: trainops
+#       pct_node_become: true
 
 - name: Check the containers
   hosts: all
@@ -184,6 +249,7 @@ EXAMPLES = r"""
       ansible.builtin.ping:
 """
 
+import dataclasses
 import getpass
 import os
 import pwd
@@ -203,6 +269,8 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command i
     build_command,
     clean_environment,
     fetch_command,
+    node_command_argv,
+    parse_become_exe,
     parse_node,
     parse_ssh_args,
     parse_vmid,
@@ -213,8 +281,11 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command i
     shell_command,
 )
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import (
+    become_exe_not_found_cause,
     command_failure_cause,
     failure_message,
+    node_command_error,
+    node_failure_message,
     not_run_error,
     pct_not_found_cause,
 )
@@ -255,6 +326,8 @@ class Connection(ConnectionBase):
                 node=parse_node(self.get_option("node")),
                 node_address=parse_node(self.get_option("node_address"), "pct_node_address"),
                 node_user=self.get_option("node_user") or None,
+                node_become=bool(self.get_option("node_become")),
+                node_become_exe=parse_become_exe(self.get_option("node_become_exe")),
                 ssh_executable=self.get_option("ssh_executable") or "ssh",
                 ssh_args=parse_ssh_args(self.get_option("ssh_args")),
                 timeout=int(self.get_option("timeout")),
@@ -266,7 +339,7 @@ class Connection(ConnectionBase):
         resolved = resolve_local_pct(target.pct_path)
         if resolved is None:
             raise AnsibleConnectionFailure(failure_message("Cannot reach", target, pct_not_found_cause(target)))
-        return PctTarget(vmid=target.vmid, pct_path=resolved, timeout=target.timeout)
+        return dataclasses.replace(target, pct_path=resolved)
 
     def _connect(self) -> Connection:
         """Check the options; no process is started until a command runs."""
@@ -307,10 +380,17 @@ class Connection(ConnectionBase):
                 else:
                     out, err = proc.communicate(in_data)
         except OSError as exc:
-            program = self.target.ssh_executable if self.target.is_remote else self.target.pct_path
-            cause = pct_not_found_cause(self.target, str(exc)) if not self.target.is_remote else f"cannot run {program}: {exc}"
-            raise AnsibleConnectionFailure(failure_message("Cannot reach", self.target, cause)) from exc
+            raise AnsibleConnectionFailure(failure_message("Cannot reach", self.target, self._start_failure_cause(exc))) from exc
         return proc.returncode, out or b"", err or b""
+
+    def _start_failure_cause(self, exc: OSError) -> str:
+        """Why the first program of a pct argv could not be started on the controller (ssh, pct, or sudo)."""
+        target = self.target
+        if target.is_remote:
+            return f"cannot run {target.ssh_executable}: {exc}"
+        if target.node_become:
+            return become_exe_not_found_cause(target, str(exc))
+        return pct_not_found_cause(target, str(exc))
 
     def _raise_if_not_run(self, what: str, rc: int, stderr: bytes) -> None:
         """Raise AnsibleConnectionFailure (ContainerNotRunning for a stopped container) when pct/ssh, not the command, failed."""
@@ -371,6 +451,34 @@ class Connection(ConnectionBase):
         except BaseException:
             _unlink_quietly(b_tmp)
             raise
+
+    def node_command(self, argv: list[str], in_data: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """Run ``argv`` on the Proxmox node itself (not in the container); returns (rc, stdout, stderr).
+
+        Locally, with the connection's small environment, in ``/``, when the controller is the node; else through the
+        same ssh as pct (``ssh ... node -- 'env -i -C / VARS... argv...'``). Never under sudo, whatever ``node_become``
+        says: it is for read-only queries (``nvidia-smi``, ``/proc``). ``in_data`` goes to stdin (else /dev/null).
+        Raises AnsibleConnectionFailure when the program cannot be started locally or ssh itself fails (exit status 255);
+        any other exit status is the program's and is returned.
+        """
+        target = self.target
+        if not argv:
+            raise AnsibleError(node_failure_message("Cannot run a command on", target, "the argv is empty"))
+        full = node_command_argv(target, argv, self._env)
+        display.vvv(f"NODE EXEC {printable(full)}", host=self._play_context.remote_addr)
+        program = printable(argv[:1])
+        b_argv = [to_bytes(arg, errors="surrogate_or_strict") for arg in full]
+        try:
+            with subprocess.Popen(b_argv, stdin=subprocess.DEVNULL if in_data is None else subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=None if target.is_remote else self._env, cwd="/") as proc:
+                out, err = proc.communicate(in_data)
+        except OSError as exc:
+            starter = target.ssh_executable if target.is_remote else program
+            raise AnsibleConnectionFailure(node_failure_message(f"Cannot run {program} on", target, f"cannot start {starter}: {exc}")) from exc
+        error = node_command_error(program, target, proc.returncode, err or b"")
+        if error is not None:
+            raise error
+        return proc.returncode, out or b"", err or b""
 
     def reset(self) -> None:
         """Nothing persistent to reset."""

@@ -17,6 +17,8 @@ description:
     C(.pct_containers.yml) or C(.pct_containers.yaml), with O(plugin=trainops.pct_launch.pct_containers).
   - Every node in O(nodes) costs two commands, whatever the number of its containers, one C(pct list) and one
     C(/bin/sh) on the node that runs C(pct config) for each container that passes O(status).
+    With O(node_become) C(pct) runs as C(sudo -n -- pct list) and C(sudo -n -- pct config VMID); the shell itself does not
+    run under sudo (it gets the sudo command as arguments), so a sudoers rule that allows only C(pct) is enough.
     On a remote node they are two C(ssh -T -o BatchMode=yes) calls, never with a terminal; on the controller
     (node V(local)) they run directly. Nodes are listed in parallel (at most 8 at a time).
   - 'Host variables of each container: C(pct_vmid) (integer); C(pct_node), the node as written in O(nodes), only for
@@ -27,9 +29,14 @@ description:
     C(net0), C(net1), ... when there is one (not for V(dhcp), V(auto) or V(manual)); C(pct_net), the C(netN) options
     parsed into dictionaries (C({net0: {name: eth0, bridge: vmbr0, ip: 10.0.0.5/24}})); and C(pct_config), all
     options of C(pct config) except the raw C(lxc.*) lines, with C(description) decoded.'
+  - The variables are named C(pct_*), not C(proxmox_*) as those of community.proxmox's C(proxmox) inventory; use these
+    names in O(compose), O(groups) and O(keyed_groups) (for example C(pct_node), not C(proxmox_node)).
+    The C(trainops.pct_launch.pct) connection reads C(proxmox_vmid) and C(proxmox_node) too, so hosts from that
+    inventory can use the connection without this plugin; on a host with both, C(pct_vmid) and C(pct_node) win.
   - With O(connection_vars) (the default) each host also gets what the C(trainops.pct_launch.pct) connection needs, namely
-    C(ansible_connection=trainops.pct_launch.pct), and C(pct_node_user), C(pct_ssh_args), C(pct_ssh_executable),
-    C(pct_path) and C(pct_timeout) when they differ from the connection's defaults (so C(group_vars) can still set them).
+    C(ansible_connection=trainops.pct_launch.pct), and C(pct_node_user), C(pct_node_become), C(pct_node_become_exe),
+    C(pct_ssh_args), C(pct_ssh_executable), C(pct_path) and C(pct_timeout) when they differ from the connection's defaults
+    (so C(group_vars) can still set them).
   - Groups, in addition to those of O(groups) and O(keyed_groups), C(pct_node_NODE) for each node (V(pct_node_local)
     for the controller) and C(pct_STATUS) for each status (V(pct_running), V(pct_stopped)); characters other than
     letters, digits and C(_) become C(_), so node V(pve-a) gives V(pct_node_pve_a).
@@ -45,8 +52,9 @@ options:
     description:
       - The Proxmox VE nodes whose containers are listed, in this order.
       - Each entry is a node name for C(ssh) (a host name, an address or a C(Host) of the ssh configuration), or a
-        dictionary with the key C(name) and, for that node only, any of the keys C(node_user), C(ssh_args),
-        C(ssh_executable), C(pct_path) and C(timeout), which override the options of the same name.
+        dictionary with the key C(name) and, for that node only, any of the keys C(node_user), C(node_become),
+        C(node_become_exe), C(ssh_args), C(ssh_executable), C(pct_path) and C(timeout), which override the options
+        of the same name.
       - The name V(local) stands for the controller itself as the node, where C(pct) is run without C(ssh);
         its containers get no C(pct_node).
       - An empty list means V([local]). Names must be unique.
@@ -55,9 +63,23 @@ options:
     default: [local]
   node_user:
     description:
-      - User to log in to the remote nodes as with C(ssh); C(pct) needs root there.
+      - User to log in to the remote nodes as with C(ssh); C(pct) needs root there, so a user other than root needs O(node_become).
       - When not set, C(ssh) decides (its configuration or the controller user).
     type: string
+  node_become:
+    description:
+      - Run C(pct) on the nodes with C(sudo -n --) (O(node_become_exe)), for a node login that is not root, as the
+        C(node_become) option of the C(trainops.pct_launch.pct) connection does; with O(connection_vars) the containers
+        get C(pct_node_become=true).
+      - 'Sudo must allow C(pct) without a password, for example the line C(trainops ALL=NOPASSWD: /usr/sbin/pct) in
+        C(/etc/sudoers.d/); otherwise the node fails with an error that says so (C(sudo -n) never prompts).'
+    type: boolean
+    default: false
+  node_become_exe:
+    description:
+      - The program that runs C(pct) as root with O(node_become), called as C(EXE -n -- pct ...).
+    type: string
+    default: sudo
   ssh_args:
     description:
       - Extra arguments for C(ssh) to the remote nodes, a string split like a shell would split it
@@ -165,6 +187,7 @@ groups:
 """
 
 import concurrent.futures
+import dataclasses
 import getpass
 import os
 import pwd
@@ -180,6 +203,7 @@ from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
     clean_environment,
+    PctTarget,
     config_batch_argv,
     list_argv,
     printable,
@@ -271,14 +295,15 @@ class NodeLister:
             raise NodeError(cause or f"{what} exited with status {result.returncode}: {_detail(stderr) or 'no error message'}")
         return stdout, stderr
 
-    def _pct(self) -> str:
-        """The pct program: resolved on the controller for the local node."""
+    def _pct(self) -> PctTarget:
+        """The node as a target for the argv builders; pct resolved on the controller for the local node."""
+        target = self.spec.target()
         if self.spec.remote:
-            return self.spec.pct_path
+            return target
         resolved = resolve_local_pct(self.spec.pct_path)
         if resolved is None:
-            raise NodeError(pct_not_found_cause(self.spec.target()))
-        return resolved
+            raise NodeError(pct_not_found_cause(target))
+        return dataclasses.replace(target, pct_path=resolved)
 
     def run(self) -> list[dict[str, t.Any]]:
         """Host variables of the node's containers that pass the status filter; raises NodeError."""
@@ -334,7 +359,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _node_defaults(self) -> dict[str, t.Any]:
         """The options that apply to every node unless its entry overrides them."""
-        return {key: self.get_option(key) for key in ("node_user", "ssh_args", "ssh_executable", "pct_path", "timeout")}
+        keys = ("node_user", "node_become", "node_become_exe", "ssh_args", "ssh_executable", "pct_path", "timeout")
+        return {key: self.get_option(key) for key in keys}
 
     def _records(self, path: str, nodes: list[NodeSpec], cache: bool) -> Records:
         """Containers per node, from the cache when allowed and complete, else from the nodes."""

@@ -4,17 +4,21 @@
 """Build every command line of the ``trainops.pct_launch.pct`` connection plugin.
 
 Controller-only. This module is the single place where argv lists for ``pct`` (``exec`` for the
-connection, ``list`` and ``config`` for the inventory) and, when the Proxmox node is remote, for
-``ssh`` are assembled.
+connection, ``list`` and ``config`` for the inventory), for commands on the node itself
+(``node_command_argv``) and, when the Proxmox node is remote, for ``ssh`` are assembled.
+``pct_invocation`` is the one place that says how ``pct`` is invoked on the node: ``pct`` itself,
+or ``sudo -n -- pct`` for a node login that is not root (``node_become``); only pct runs under sudo.
 
 Rules kept here:
 
 * Commands are lists of arguments, never a shell string put together with ``%`` or f-strings.
 * The only text that passes through a shell is the command line ssh hands to the node's login
   shell. It is produced by ``shlex.join`` over the full argv, so every argument arrives byte-exact.
-* ``pct`` runs with a small login-like environment (``clean_environment``). ``pct exec`` keeps its
-  environment for the command in the container (its default ``--keep-env 1``), so this is also the
-  environment inside the container, except for PATH, which pct sets to ``/sbin:/bin:/usr/sbin:/usr/bin``.
+* ``pct`` runs with a small login-like environment (``clean_environment``). ``pct exec`` is always
+  given ``--keep-env 1`` explicitly (pve-container documents that its default changes to 0 in a
+  later major version), so this is also the environment inside the container, except for PATH,
+  which pct sets to ``/sbin:/bin:/usr/sbin:/usr/bin``. Under sudo, sudo's ``env_reset`` replaces it
+  first (see the connection's documentation for what the container then sees).
 """
 
 from __future__ import annotations
@@ -36,13 +40,24 @@ NODE_SHELL = "/bin/sh"
 # Script for put_file: $1 is the destination; a redirect is safe for names with leading dashes.
 PUT_SCRIPT = 'cat > "$1"'
 LANG = "C.UTF-8"
-# One ssh call for every config of a node: $1 is a marker no config line can equal, $2 the pct program.
+# pct exec keeps its environment for the command (pve-container's default today, to become 0 later).
+KEEP_ENV = ("--keep-env", "1")
+# sudo never prompts (no terminal to prompt on): -n; the end of sudo's options: --.
+BECOME_FLAGS = ("-n", "--")
+DEFAULT_BECOME_EXE = "sudo"
+# One ssh call for every config of a node: $1 is a marker no config line can equal, then the VMIDs
+# (digits only), then "--", then how pct is invoked (``pct_invocation``: "pct", or "sudo -n -- pct"),
+# so that only pct runs under sudo, never this shell.
 # A failed `pct config` is reported with its exit status; its message goes to stderr.
-CONFIG_BATCH_SCRIPT = """m=$1 pct=$2
-shift 2
-for id do
+CONFIG_BATCH_SCRIPT = """m=$1
+shift
+ids=
+while [ "$#" -gt 0 ] && [ "$1" != -- ]; do ids="$ids $1"; shift; done
+[ "$#" -gt 1 ] || { echo "config batch: no pct invocation after --" >&2; exit 2; }
+shift
+for id in $ids; do
   printf '\\n%s %s\\n' "$m" "$id"
-  "$pct" config "$id" || printf '\\n%s %s failed %s\\n' "$m" "$id" "$?"
+  "$@" config "$id" || printf '\\n%s %s failed %s\\n' "$m" "$id" "$?"
 done"""
 
 
@@ -62,6 +77,8 @@ class PctTarget:
     node: str | None = None
     node_address: str | None = None
     node_user: str | None = None
+    node_become: bool = False
+    node_become_exe: str = DEFAULT_BECOME_EXE
     ssh_executable: str = "ssh"
     ssh_args: tuple[str, ...] = ()
     timeout: int = 10
@@ -83,10 +100,11 @@ class PctTarget:
 
 
 def parse_vmid(value: object) -> int:
-    """Return the VMID from the ``pct_vmid`` host variable or raise PctOptionError naming it."""
+    """Return the VMID from the ``pct_vmid`` (or ``proxmox_vmid``) host variable or raise PctOptionError naming it."""
     if value is None or value == "":
         raise PctOptionError(
-            f"Missing container id: set the host variable pct_vmid to the VMID of the container (an integer from {VMID_MIN} to {VMID_MAX})"
+            "Missing container id: set the host variable pct_vmid (proxmox_vmid, community.proxmox's name, is accepted too) "
+            f"to the VMID of the container (an integer from {VMID_MIN} to {VMID_MAX})"
         )
     vmid: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -94,7 +112,9 @@ def parse_vmid(value: object) -> int:
     elif isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
         vmid = int(value.strip())
     if vmid is None or not VMID_MIN <= vmid <= VMID_MAX:
-        raise PctOptionError(f"Invalid container id {value!r}: pct_vmid must be an integer from {VMID_MIN} to {VMID_MAX}")
+        raise PctOptionError(
+            f"Invalid container id {value!r}: pct_vmid (or proxmox_vmid) must be an integer from {VMID_MIN} to {VMID_MAX}; fix the host variable"
+        )
     return vmid
 
 
@@ -104,6 +124,15 @@ def parse_node(value: object, variable: str = "pct_node") -> str | None:
         return None
     if not isinstance(value, str) or value.startswith("-") or any(c.isspace() for c in value):
         raise PctOptionError(f"Invalid node {value!r}: {variable} must be a host name or address for ssh (no spaces, no leading '-')")
+    return value
+
+
+def parse_become_exe(value: object, variable: str = "pct_node_become_exe") -> str:
+    """The program that runs pct as root on the node (default ``sudo``) or raise PctOptionError naming ``variable``."""
+    if value is None or value == "":
+        return DEFAULT_BECOME_EXE
+    if not isinstance(value, str) or value.startswith("-") or any(c.isspace() for c in value):
+        raise PctOptionError(f"Invalid {variable} {value!r}: expected a program name or absolute path such as sudo (no spaces, no leading '-')")
     return value
 
 
@@ -150,11 +179,18 @@ def fetch_command(src: str) -> list[str]:
     return ["cat", "--", src]
 
 
+def pct_invocation(target: PctTarget) -> list[str]:
+    """How pct is invoked on the node: ``pct``, or ``sudo -n -- pct`` with ``node_become`` (the one place that decides)."""
+    if target.node_become:
+        return [target.node_become_exe, *BECOME_FLAGS, target.pct_path]
+    return [target.pct_path]
+
+
 def pct_exec_argv(target: PctTarget, command: t.Sequence[str]) -> list[str]:
-    """``pct exec VMID -- CMD...`` as run on the node."""
+    """``pct exec VMID --keep-env 1 -- CMD...`` (under ``sudo -n --`` with ``node_become``) as run on the node."""
     if not command:
         raise ValueError("command must not be empty")
-    return [target.pct_path, "exec", str(target.vmid), "--", *command]
+    return [*pct_invocation(target), "exec", str(target.vmid), *KEEP_ENV, "--", *command]
 
 
 def remote_command_line(argv: t.Sequence[str], env: t.Mapping[str, str]) -> str:
@@ -177,16 +213,33 @@ def ssh_argv(target: PctTarget, remote_line: str) -> list[str]:
     return argv
 
 
+def on_node_argv(target: PctTarget, argv: t.Sequence[str], env: t.Mapping[str, str]) -> list[str]:
+    """argv to run on the controller so that ``argv`` runs on the node: itself locally, else ``ssh ... 'env -i -C / VARS... argv...'``."""
+    if not argv:
+        raise ValueError("argv must not be empty")
+    if not target.is_remote:
+        return list(argv)
+    return ssh_argv(target, remote_command_line(argv, env))
+
+
 def build_command(target: PctTarget, command: t.Sequence[str], env: t.Mapping[str, str]) -> list[str]:
     """Full argv to run on the controller for ``command`` inside the container.
 
     Local node: ``pct exec ...`` (run it with ``env`` as its environment).
     Remote node: ``ssh ... node -- 'env -i -C / VAR=... pct exec ...'``.
+    With ``node_become``, ``pct`` is preceded by ``sudo -n --`` in both.
     """
-    argv = pct_exec_argv(target, command)
-    if not target.is_remote:
-        return argv
-    return ssh_argv(target, remote_command_line(argv, env))
+    return on_node_argv(target, pct_exec_argv(target, command), env)
+
+
+def node_command_argv(target: PctTarget, argv: t.Sequence[str], env: t.Mapping[str, str]) -> list[str]:
+    """Full argv to run on the controller for ``argv`` on the Proxmox node itself, not in the container.
+
+    Never under sudo, whatever ``node_become`` says: it is meant for read-only queries of the node
+    (``nvidia-smi``, ``/proc``). Local node: ``argv`` (run it with ``env``); remote node:
+    ``ssh ... node -- 'env -i -C / VAR=... argv...'``.
+    """
+    return on_node_argv(target, argv, env)
 
 
 def resolve_local_pct(pct_path: str) -> str | None:
@@ -201,11 +254,11 @@ def printable(argv: t.Sequence[str]) -> str:
     return shlex.join(argv).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def list_argv(pct_path: str) -> list[str]:
-    """``pct list`` as run on the node."""
-    return [pct_path, "list"]
+def list_argv(target: PctTarget) -> list[str]:
+    """``pct list`` (under ``sudo -n --`` with ``node_become``) as run on the node."""
+    return [*pct_invocation(target), "list"]
 
 
-def config_batch_argv(pct_path: str, vmids: t.Sequence[int], marker: str) -> list[str]:
-    """One process on the node running ``pct config`` for every VMID (``CONFIG_BATCH_SCRIPT``)."""
-    return [NODE_SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", marker, pct_path, *(str(vmid) for vmid in vmids)]
+def config_batch_argv(target: PctTarget, vmids: t.Sequence[int], marker: str) -> list[str]:
+    """One process on the node running ``pct config`` for every VMID (``CONFIG_BATCH_SCRIPT``); only pct runs under sudo."""
+    return [NODE_SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", marker, *(str(int(vmid)) for vmid in vmids), "--", *pct_invocation(target)]

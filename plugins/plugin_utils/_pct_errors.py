@@ -6,6 +6,7 @@
 Controller-only helpers of the ``trainops.pct_launch.pct`` connection plugin. ``diagnose`` looks at
 the exit status and stderr of one ``pct exec`` run and returns a cause when the command never ran in
 the container; messages read ``<what failed> <object>: <cause>`` (see ``failure_message``).
+Also recognised: ``sudo`` refusing to run pct (``node_become``), and pct run without root.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
     CLEAN_PATH,
     PctTarget,
+    printable,
 )
 
 # pct (Perl die): unknown CT on this node / CT not running; the exit status is not fixed.
@@ -29,6 +31,12 @@ _NO_INIT_PID = "Failed to get init pid"
 # GNU env on a remote node could not run pct (exit 127 not found, 126 not executable).
 _ENV_FAILED = re.compile(r"^env: .*(No such file or directory|Permission denied)", re.MULTILINE)
 _MAX_DETAIL = 400
+# pct (PVE::RESTEnvironment::setup_default_cli_env) run by a user other than root.
+_NOT_ROOT = "please run as root"
+# sudo (``sudo -n -- pct``): the user may not run pct without a password, or not at all.
+_SUDO_PASSWORD = re.compile(r"sudo: (?:a password is required|a terminal is required to read the password)")
+_SUDO_NOT_ALLOWED = re.compile(r"is not in the sudoers file|is not allowed to (?:execute|run sudo)|may not run sudo")
+_SUDO_TTY = re.compile(r"sudo: sorry, you must have a tty to run sudo")
 # ssh's own failures (exit status 255), by kind: each gets its own cause and advice.
 _SSH_HOST_KEY = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|host key is known for")
 _SSH_HOST_KEY_CHANGED = re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key for \S+ has changed")
@@ -101,6 +109,56 @@ def _ssh_cause(target: PctTarget, text: str) -> str:
     return detail or "no error message"
 
 
+def sudoers_hint(target: PctTarget) -> str:
+    """The sudoers rule that lets the node user run pct, and nothing else, as root without a password."""
+    user = target.node_user or "USER"
+    pct = target.pct_path if target.pct_path.startswith("/") else "/usr/sbin/pct"
+    return f"allow NOPASSWD for pct in sudoers on {target.describe_node()}, e.g. `{user} ALL=(root) NOPASSWD: {pct}` in /etc/sudoers.d/"
+
+
+def _missing_program(text: str, program: str) -> bool:
+    """Whether env (``env: 'X': No such file or directory``) or a shell (``X: command not found``) could not find ``program``."""
+    name = re.escape(program)
+    return bool(re.search(rf"^(?:\S*/)?env: \W?{name}\W?: No such file or directory|(?:^|: ){name}: (?:command )?not found", text, re.MULTILINE))
+
+
+def become_cause(target: PctTarget, rc: int, text: str) -> str | None:
+    """Why ``sudo -n -- pct`` did not run pct (``node_become``), or None."""
+    if not target.node_become or rc == 0:
+        return None
+    exe = target.node_become_exe
+    where = target.describe_node()
+    invocation = printable([exe, "-n", "--", target.pct_path])
+    if _SUDO_PASSWORD.search(text) or _SUDO_NOT_ALLOWED.search(text):
+        return (f"{exe} refused to run pct as root for {target.node_user or 'the login user'} on {where} without a password "
+                f"({invocation}: {_detail(text)}); {sudoers_hint(target)}")
+    if _SUDO_TTY.search(text):
+        return (f"{exe} on {where} wants a terminal (requiretty in sudoers), which this connection never allocates ({_detail(text)}); "
+                f"add `Defaults:{target.node_user or 'USER'} !requiretty` to sudoers, and {sudoers_hint(target)}")
+    if rc in (126, 127) and _missing_program(text, exe):
+        return become_exe_not_found_cause(target, _detail(text))
+    return None
+
+
+def become_exe_not_found_cause(target: PctTarget, detail: str = "") -> str:
+    """Cause text for a missing ``sudo`` (``node_become_exe``) on the node."""
+    exe = target.node_become_exe
+    where = f"in PATH {CLEAN_PATH}" if "/" not in exe else "at that path"
+    extra = f" ({detail})" if detail else ""
+    return (f"{exe} was not found {where} on {target.describe_node()}{extra}; install it on the node "
+            "(apt-get install sudo), set pct_node_become_exe, or log in as root and set pct_node_become to false")
+
+
+def not_root_cause(target: PctTarget, text: str) -> str | None:
+    """pct said it needs root: the node login is not root and pct did not run through sudo."""
+    if _NOT_ROOT not in text:
+        return None
+    user = target.node_user or "the login user"
+    fix = "set pct_node_user to root" if target.is_remote else "run Ansible as root"
+    return (f"pct needs root on {target.describe_node()} and ran as {user} (pct: {_NOT_ROOT}); "
+            f"{fix}, or set pct_node_become to true to run pct with sudo -n and {sudoers_hint(target)}")
+
+
 def _transport_cause(target: PctTarget, rc: int, text: str) -> str | None:
     """Causes reported by ssh or by env on a remote node."""
     if not target.is_remote:
@@ -112,12 +170,21 @@ def _transport_cause(target: PctTarget, rc: int, text: str) -> str | None:
     return None
 
 
+def _sudo_pct_not_found(target: PctTarget, rc: int, text: str) -> str | None:
+    """sudo ran but did not find pct (``sudo: pct: command not found``)."""
+    pattern = rf"^{re.escape(target.node_become_exe)}: {re.escape(target.pct_path)}: command not found"
+    if target.node_become and rc != 0 and re.search(pattern, text, re.MULTILINE):
+        return pct_not_found_cause(target, _detail(text))
+    return None
+
+
 def diagnose(target: PctTarget, rc: int, stderr: bytes) -> str | None:
     """Return why the command did not run in the container, or None when it ran (whatever its exit status)."""
     if rc == 0:
         return None
     text = stderr.decode("utf-8", "replace")
-    return _pct_cause(target, rc, text) or _transport_cause(target, rc, text)
+    return (become_cause(target, rc, text) or _sudo_pct_not_found(target, rc, text) or not_root_cause(target, text)
+            or _pct_cause(target, rc, text) or _transport_cause(target, rc, text))
 
 
 def not_run_error(what: str, target: PctTarget, rc: int, stderr: bytes) -> AnsibleConnectionFailure | None:
@@ -132,6 +199,8 @@ def not_run_error(what: str, target: PctTarget, rc: int, stderr: bytes) -> Ansib
 def pct_not_found_cause(target: PctTarget, detail: str = "") -> str:
     """Cause text for a missing ``pct`` on the node."""
     where = f"in PATH {CLEAN_PATH}" if "/" not in target.pct_path else "at that path"
+    if target.node_become and "/" not in target.pct_path:
+        where = f"in PATH {CLEAN_PATH} or in sudo's secure_path"
     extra = f" ({detail})" if detail else ""
     return f"{target.pct_path} was not found {where} on {target.describe_node()}{extra}; not a Proxmox node? set pct_path"
 
@@ -145,3 +214,16 @@ def command_failure_cause(program: str, rc: int, stderr: bytes) -> str:
     """Cause text for a command that ran in the container and failed (put_file / fetch_file)."""
     detail = _detail(stderr.decode("utf-8", "replace"))
     return f"{program} exited with status {rc}" + (f": {detail}" if detail else "")
+
+
+def node_failure_message(what: str, target: PctTarget, cause: str) -> str:
+    """``<what failed> <node>: <cause>`` for a command on the node itself, e.g. ``Cannot run nvidia-smi on node pve1: ...``."""
+    return f"{what} {target.describe_node()}: {cause}"
+
+
+def node_command_error(program: str, target: PctTarget, rc: int, stderr: bytes) -> AnsibleConnectionFailure | None:
+    """The connection failure when ssh could not run ``program`` on a remote node (exit status 255), else None (the program's own status)."""
+    if rc != 255 or not target.is_remote:
+        return None
+    cause = f"ssh could not run it (exit status 255): {_ssh_cause(target, stderr.decode('utf-8', 'replace'))}"
+    return AnsibleConnectionFailure(node_failure_message(f"Cannot run {program} on", target, cause))

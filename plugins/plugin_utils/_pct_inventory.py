@@ -4,9 +4,10 @@
 """Pure helpers of the ``trainops.pct_launch.pct_containers`` inventory plugin.
 
 Controller-only. Reads the ``nodes`` option, turns a container (parsed by ``_pct_output``) into host
-variables and groups, and wraps the argv lists run for a node. The argv lists are
-wrapped for a remote node by ``_pct_command`` (``ssh -T -o BatchMode=yes ... node -- 'env -i ...'``),
-the one place where commands for a node are assembled; nothing here is put together as a shell string.
+variables and groups, and wraps the argv lists run for a node. The argv lists, and how pct is
+invoked (``pct`` or ``sudo -n -- pct`` with ``node_become``), come from ``_pct_command``, which also
+wraps them for a remote node (``ssh -T -o BatchMode=yes ... node -- 'env -i ...'``): the one place
+where commands for a node are assembled; nothing here is put together as a shell string.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import string
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
+    DEFAULT_BECOME_EXE,
     PctOptionError,
     PctTarget,
+    node_command_argv,
+    parse_become_exe,
     parse_node,
     parse_ssh_args,
-    remote_command_line,
     remote_environment,
-    ssh_argv,
 )
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_output import (
     ListedContainer,
@@ -39,7 +41,7 @@ LOCAL_NODE = "local"
 HOST_NAME_FIELDS = ("vmid", "hostname", "node")
 DEFAULT_HOST_NAME_FORMAT = "ct{vmid}"
 GROUP_PREFIX = "pct_"
-NODE_KEYS = ("name", "node_user", "ssh_args", "ssh_executable", "pct_path", "timeout")
+NODE_KEYS = ("name", "node_user", "node_become", "node_become_exe", "ssh_args", "ssh_executable", "pct_path", "timeout")
 _GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*")
 _INT = re.compile(r"[0-9]+")
@@ -56,6 +58,8 @@ class NodeSpec:
     ssh_args: tuple[str, ...] = ()
     pct_path: str = "pct"
     timeout: int = 10
+    node_become: bool = False
+    node_become_exe: str = DEFAULT_BECOME_EXE
 
     def describe(self) -> str:
         """Human readable name, for messages."""
@@ -68,6 +72,8 @@ class NodeSpec:
             pct_path=self.pct_path,
             node=self.name if self.remote else None,
             node_user=self.node_user,
+            node_become=self.node_become,
+            node_become_exe=self.node_become_exe,
             ssh_executable=self.ssh_executable,
             ssh_args=self.ssh_args,
             timeout=self.timeout,
@@ -78,11 +84,13 @@ class NodeSpec:
 
 
 def node_command(spec: NodeSpec, argv: t.Sequence[str]) -> list[str]:
-    """argv to run on the controller: ``argv`` itself for the local node, else wrapped in ``ssh -T``."""
-    if not spec.remote:
-        return list(argv)
+    """argv to run on the controller: ``argv`` itself for the local node, else wrapped in ``ssh -T``.
+
+    ``argv`` already says how pct is invoked (``_pct_command.list_argv`` / ``config_batch_argv``, with sudo for
+    ``node_become``); this only carries it to the node.
+    """
     target = spec.target()
-    return ssh_argv(target, remote_command_line(argv, remote_environment(target)))
+    return node_command_argv(target, argv, remote_environment(target))
 
 
 # --- options --------------------------------------------------------------------------------------
@@ -100,6 +108,18 @@ def _node_entry(entry: object) -> dict[str, t.Any]:
     if not entry.get("name"):
         raise PctInventoryError(f"nodes entry {dict(entry)!r} has no name")
     return dict(entry)
+
+
+def _boolean(value: object, name: str) -> bool:
+    """A boolean as Ansible writes them (true/false, yes/no, on/off, 1/0)."""
+    if isinstance(value, bool):
+        return value
+    lowered = str(value).strip().lower()
+    if lowered in ("1", "true", "yes", "on", "y", "t"):
+        return True
+    if lowered in ("0", "false", "no", "off", "n", "f", ""):
+        return False
+    raise PctInventoryError(f"invalid node_become {value!r} for node {name}: expected true or false")
 
 
 def _timeout(value: object) -> int:
@@ -121,10 +141,16 @@ def _node_spec(entry: dict[str, t.Any], defaults: t.Mapping[str, t.Any]) -> Node
         ssh_args = parse_ssh_args(merged["ssh_args"])
     except PctOptionError as exc:
         raise PctInventoryError(f"invalid ssh_args for node {name}: {exc.__cause__ or exc}") from exc
+    try:
+        become_exe = parse_become_exe(merged["node_become_exe"], "node_become_exe")
+    except PctOptionError as exc:
+        raise PctInventoryError(f"{exc} (node {name})") from exc
     return NodeSpec(
         name=name,
         remote=node is not None,
         node_user=str(merged["node_user"]) if merged["node_user"] else None,
+        node_become=_boolean(merged["node_become"] if merged["node_become"] is not None else False, name),
+        node_become_exe=become_exe,
         ssh_executable=str(merged["ssh_executable"] or "ssh"),
         ssh_args=ssh_args,
         pct_path=str(merged["pct_path"] or "pct"),
@@ -220,6 +246,10 @@ def connection_vars(spec: NodeSpec, connection: str) -> dict[str, t.Any]:
     hostvars: dict[str, t.Any] = {"ansible_connection": connection}
     if spec.pct_path != "pct":
         hostvars["pct_path"] = spec.pct_path
+    if spec.node_become:
+        hostvars["pct_node_become"] = True
+        if spec.node_become_exe != DEFAULT_BECOME_EXE:
+            hostvars["pct_node_become_exe"] = spec.node_become_exe
     if not spec.remote:
         return hostvars
     if spec.node_user:

@@ -60,6 +60,7 @@ def exec_calls(stdout: str, host: str) -> dict[str, int]:
 
 
 CALLBACKS = Path(__file__).resolve().parent / "files" / "playbooks" / "callback_plugins"
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 PYTHON_IN_TARGET = "/usr/bin/python3"
 
 
@@ -105,3 +106,17 @@ def run_tasks(folder: Path, hosts: t.Mapping[str, t.Mapping[str, t.Any]], tasks:
                           env=run_env, timeout=timeout, stdin=subprocess.DEVNULL, cwd=folder, check=False)
     data = json.loads(results.read_text(encoding="utf-8")) if results.exists() else {}
     return PlayRun(proc, data)
+
+
+def run_playbook(tmp_path: Path, playbook: str, hosts: dict[str, dict[str, t.Any]], extra: dict[str, t.Any],
+                 *options: str) -> tuple[subprocess.CompletedProcess[str], dict[str, t.Any]]:
+    """ansible-playbook of the collection's PLAYBOOK on ``hosts`` (group training), ``extra`` as -e @file; (process, results)."""
+    tag = uuid.uuid4().hex[:8]
+    inventory, variables, results = tmp_path / f"inv-{tag}.json", tmp_path / f"vars-{tag}.json", tmp_path / f"res-{tag}.json"
+    inventory.write_text(json.dumps({"training": {"hosts": hosts}}), encoding="utf-8")
+    variables.write_text(json.dumps(extra), encoding="utf-8")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS), ANSIBLE_CALLBACKS_ENABLED="trainops_results",
+               ANSIBLE_RETRY_FILES_ENABLED="0", TRAINOPS_RESULTS_FILE=str(results))
+    proc = subprocess.run([ansible_playbook(), "-i", str(inventory), "-e", f"@{variables}", *options, str(PLAYBOOKS / playbook)],
+                          capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, check=False)
+    return proc, json.loads(results.read_text(encoding="utf-8")) if results.exists() else {}

@@ -107,6 +107,8 @@ def test_ping(running: int, enabled: bool) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert '"ping": "pong"' in result.stdout
     assert "ESTABLISH PCT CONNECTION TO container 200" in result.stdout
+    execs = [line for line in result.stdout.splitlines() if line.startswith("<ct200> EXEC ")]
+    assert execs and all(re.match(r"<ct200> EXEC \S*pct exec 200 --keep-env 1 -- /bin/sh -c ", line) for line in execs), execs
     puts = re.findall(r"^<ct200> PUT .* TO .*AnsiballZ_ping\.py$", result.stdout, re.MULTILINE)
     assert (len(puts) == 0) if enabled else (len(puts) == 1), result.stdout
 
@@ -219,7 +221,17 @@ def test_misconfigured_vmid(running: int) -> None:
     result = ansible("pct_misconfigured", "ping")
     assert result.returncode != 0
     assert "ct_no_vmid" in result.stdout and "Missing container id: set the host variable pct_vmid" in result.stdout
-    assert "Invalid container id 99: pct_vmid must be an integer from 100 to 999999999" in result.stdout
+    assert "Invalid container id 99: pct_vmid (or proxmox_vmid) must be an integer from 100 to 999999999" in result.stdout
+
+
+def test_proxmox_vmid_alone_and_pct_vmid_wins(running: int, stopped: int) -> None:
+    """community.proxmox's proxmox_vmid names the container; with both names set pct_vmid wins (here: the running one)."""
+    for host_vars in ({"proxmox_vmid": running}, {"proxmox_vmid": stopped, "pct_vmid": running}):
+        conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+        conn.set_options(var_options=host_vars)
+        rc, out, err = conn.exec_command("cat /etc/hostname")
+        assert rc == 0, (host_vars, err)
+        assert out.decode().strip() == ct_sh("cat /etc/hostname").stdout.decode().strip(), host_vars
 
 
 def _free_port() -> int:

@@ -25,7 +25,7 @@ runs where one is expected (processes inside the container with the test's marke
   SIGTERM kills it after job_stop_timeout; exit status 137, the log intact.
 
 The modules run on the container hosts (the ``trainops.pct_launch.pct`` connection, pipelined: one
-``pct exec VMID -- /bin/sh -c CMD`` per module task or wait chunk, CMD running /usr/bin/python3 with
+``pct exec VMID --keep-env 1 -- /bin/sh -c CMD`` per module task or wait chunk, CMD running /usr/bin/python3 with
 the module on stdin). The launches use playbooks/launch.yml, or a launch-only playbook (tmux_session,
 then wait_for_log as a handler, as launch.yml does) where preflight and prepare would only add time.
 VMIDs: 620 (local stand-in, tmux installed once), 630 (on pve-i, tmux installed once).
@@ -67,7 +67,7 @@ HEADER = "### trainops.pct_launch: "
 JOB_PATH = "/workspace/fault_job.py"
 STEP = r"^step \d+ loss"
 PYTHON = "/usr/bin/python3"
-# A module's pct call as the connection makes it (plugin_utils/_pct_command.py: pct exec VMID -- /bin/sh -c CMD,
+# A module's pct call as the connection makes it (plugin_utils/_pct_command.py: pct exec VMID --keep-env 1 -- /bin/sh -c CMD,
 # CMD Ansible's pipelined python3, the module on stdin), in the argv of pct, of the pct_path wrapper or of the
 # lxc-attach it becomes: what runs on the Proxmox node, which a dying controller does not take down.
 NODE_SIDE = re.compile(rf"(?:\bexec (\d+) |^lxc-attach .*-n (\d+) ).*-- /bin/sh -c .*{re.escape(PYTHON)}\b")
@@ -390,7 +390,7 @@ def process_tree(root: int, spare: re.Pattern[str] | None = None) -> list[int]:
 
 def node_side_calls(vmid: int) -> list[str]:
     """``PID ARGS`` of the processes of this machine that run a module in container ``vmid``: the connection's
-    ``pct exec VMID -- /bin/sh -c CMD`` (CMD runs /usr/bin/python3), which becomes ``lxc-attach ... -n VMID ... -- /bin/sh -c CMD``."""
+    ``pct exec VMID --keep-env 1 -- /bin/sh -c CMD`` (CMD runs /usr/bin/python3), which becomes ``lxc-attach ... -n VMID ... -- /bin/sh -c CMD``."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -558,11 +558,11 @@ def knob_pct(folder: Path, **knobs: str) -> str:
 
 
 def module_calls(call_log: Path, vmid: int) -> int:
-    """How many module calls (the connection's ``pct exec VMID -- /bin/sh -c CMD``, CMD running python3) the stand-in's call log holds."""
+    """How many module calls (the connection's ``pct exec VMID --keep-env 1 -- /bin/sh -c CMD``, CMD running python3) the stand-in's call log holds."""
     if not call_log.exists():
         return 0
     calls = [json.loads(line)["argv"][1:] for line in call_log.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return sum(1 for argv in calls if argv[:5] == ["exec", str(vmid), "--", "/bin/sh", "-c"] and len(argv) == 6 and PYTHON in argv[5])
+    return sum(1 for argv in calls if argv[:7] == ["exec", str(vmid), "--keep-env", "1", "--", "/bin/sh", "-c"] and len(argv) == 8 and PYTHON in argv[7])
 
 
 def check_rerun(job: Job, rerun: Run, host: str, first_log: str) -> str:

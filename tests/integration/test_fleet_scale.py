@@ -334,7 +334,7 @@ class Run:
             start = argv.index("exec") if "exec" in argv else (argv.index("status") if "status" in argv else -1)
             if start < 0 or start + 1 >= len(argv) or argv[start + 1] != str(vmid):
                 continue
-            if kind is None or (argv[start] == "exec" and argv[start + 2:start + 5] == ["--", "/bin/sh", kind]):
+            if kind is None or (argv[start] == "exec" and argv[start + 2:start + 7] == ["--keep-env", "1", "--", "/bin/sh", kind]):
                 count += 1
         return count
 

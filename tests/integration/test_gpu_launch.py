@@ -12,20 +12,16 @@ VMIDs: 680 (with tmux: the jobs), 681 (another container holding a GPU), 682 (on
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import typing as t
-import uuid
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, StandinNode
+from .conftest import StandinNode
 from .gpu_standin import GPU_UUIDS, edit_state, gpu_entries, gpu_process_in_container, gpu_process_on_node, gpu_processes
 from .gpu_standin import install_in_container, install_node_smi, install_remote_node_smi, remove_devices, state_of, sync_container_view
-from .playbook_results import CALLBACKS, ansible_playbook, container_host, run_tasks, task_results
+from .playbook_results import container_host, run_playbook, run_tasks, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -60,20 +56,6 @@ def gpu_info(tmp_path: Path, program: Path, vmid: int, **args: t.Any) -> dict[st
     run = run_tasks(tmp_path, {f"ct{vmid}": container_host(vmid)},
                     [{"name": "gpu", "trainops.pct_launch.gpu_info": dict(args, node_nvidia_smi=str(program))}])
     return run.result("gpu", f"ct{vmid}")
-
-
-def run_playbook(tmp_path: Path, playbook: str, hosts: dict[str, dict[str, t.Any]], extra: dict[str, t.Any],
-                 *options: str) -> tuple[subprocess.CompletedProcess[str], dict[str, t.Any]]:
-    """ansible-playbook PLAYBOOK of the collection on ``hosts`` (group training) with ``extra`` as -e @file."""
-    tag = uuid.uuid4().hex[:8]
-    inventory, variables, results = tmp_path / f"inv-{tag}.json", tmp_path / f"vars-{tag}.json", tmp_path / f"res-{tag}.json"
-    inventory.write_text(json.dumps({"training": {"hosts": hosts}}), encoding="utf-8")
-    variables.write_text(json.dumps(extra), encoding="utf-8")
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS), ANSIBLE_CALLBACKS_ENABLED="trainops_results",
-               ANSIBLE_RETRY_FILES_ENABLED="0", TRAINOPS_RESULTS_FILE=str(results))
-    proc = subprocess.run([ansible_playbook(), "-i", str(inventory), "-e", f"@{variables}", *options, str(REPO / "playbooks" / playbook)],
-                          capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, check=False)
-    return proc, json.loads(results.read_text(encoding="utf-8")) if results.exists() else {}
 
 
 def test_the_node_names_the_container_of_each_gpu_process(tmp_path: Path, standin: StandinNode, node_smi: Path) -> None:

@@ -94,7 +94,7 @@ def counting(tmp_path: Path) -> tuple[str, Path]:
 
 
 def module_calls(calls: Path, vmid: int) -> int:
-    """The recorded ``pct exec VMID -- /bin/sh -c`` calls (one per pipelined module task), then forget them."""
+    """The recorded ``pct exec VMID --keep-env 1 -- /bin/sh -c`` calls (one per pipelined module task), then forget them."""
     if not calls.exists():
         return 0
     count = 0
@@ -102,7 +102,7 @@ def module_calls(calls: Path, vmid: int) -> int:
         argv = json.loads(line)["argv"] if line.strip() else []
         if "exec" in argv:
             at = argv.index("exec")
-            count += argv[at + 1:at + 5] == [str(vmid), "--", "/bin/sh", "-c"]
+            count += argv[at + 1:at + 7] == [str(vmid), "--keep-env", "1", "--", "/bin/sh", "-c"]
     calls.unlink()
     return count
 

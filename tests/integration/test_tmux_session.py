@@ -119,7 +119,7 @@ def test_healthy_start_then_unchanged(ct: int, standin: StandinNode, tmp_path: P
     assert isinstance(r["pane_pid"], int) and r["tmux_version"] and r["rotated_log"] is None
     assert r["started_at"].endswith("Z") and r["log_path"] == "/w/healthy.log"
     made = pct_calls(calls)
-    assert [call["argv"][:4] for call in made] == [["exec", str(ct), "--", "/bin/sh"]], "one pct exec per launch"
+    assert [call["argv"][:6] for call in made] == [["exec", str(ct), "--keep-env", "1", "--", "/bin/sh"]], "one pct exec per launch"
     assert "first-output" not in json.dumps(made), "the module's arguments travel on stdin, never on pct's argv"
     assert made[0]["tty"] == [], "pct got a terminal"
     print(f"launch through ansible-playbook: {seconds:.2f} s, 1 pct call")

@@ -128,7 +128,7 @@ def test_healthy_job_one_pct_call(private_ct: tuple[StandinNode, str, Path], tmp
     assert r["msg"].startswith(f"Job started in session {name} in container {CT_PRIVATE}: pattern"), r["msg"]
     execs = recorded_execs(calls)
     assert len(execs) == 2, calls.read_text()  # the launch, then the whole wait
-    assert all(argv[argv.index("exec") + 1:argv.index("exec") + 4] == [str(CT_PRIVATE), "--", "/bin/sh"] for argv in execs), execs
+    assert all(argv[argv.index("exec") + 1:argv.index("exec") + 6] == [str(CT_PRIVATE), "--keep-env", "1", "--", "/bin/sh"] for argv in execs), execs
     assert exec_calls(run.proc.stdout, host) == {"Launch": 1, "wait": 1}, run.proc.stdout[-6000:]
     assert node.sh(CT_PRIVATE, 'tmux has-session -t "=$1"', name, check=False).returncode == 0, "the job runs in the container"
 

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Unit tests for the trainops.pct_launch.pct connection plugin, against a fake ``pct`` (and ``ssh``).
+"""Unit tests for the trainops.pct_launch.pct connection plugin, against a fake ``pct`` (and ``ssh``, ``sudo``).
 
 The fake ``pct`` records its argv, environment, working directory and standard streams, then
 (by default) runs the command after ``--`` on this machine, standing in for the container.
+The fake ``sudo`` records its argv and runs what follows ``-n --`` (or refuses as sudo does);
+tests/integration/test_node_become.py runs the real sudo.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -63,6 +66,23 @@ command = sys.argv[sys.argv.index("--") + 1:]
 os.execv(command[0] if "/" in command[0] else "/bin/" + command[0], command)
 """
 
+FAKE_SUDO = """#!{python}
+import json, os, sys
+state = {state!r}
+with open(os.path.join(state, "sudo.json"), "w") as out:
+    json.dump({{"argv": sys.argv, "env": dict(os.environ)}}, out)
+mode_file = os.path.join(state, "sudo_mode")
+mode = open(mode_file).read().strip() if os.path.exists(mode_file) else "run"
+if mode == "password":
+    sys.stderr.write("sudo: a password is required\\n")
+    sys.exit(1)
+if mode == "tty":
+    sys.stderr.write("sudo: sorry, you must have a tty to run sudo\\n")
+    sys.exit(1)
+assert sys.argv[1:3] == ["-n", "--"], sys.argv
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
 FAKE_SSH = """#!{python}
 import os, sys
 state = {state!r}
@@ -84,6 +104,7 @@ class Fake:
         self.state.mkdir()
         self.pct = self._write(root / "bin" / "pct", FAKE_PCT)
         self.ssh = self._write(root / "bin" / "ssh", FAKE_SSH)
+        self.sudo = self._write(root / "bin" / "sudo", FAKE_SUDO)
 
     def _write(self, path: Path, template: str) -> Path:
         path.parent.mkdir(exist_ok=True)
@@ -99,6 +120,10 @@ class Fake:
 
     def call(self) -> dict[str, Any]:
         return json.loads((self.state / "call.json").read_text(encoding="utf-8"))
+
+    def sudo_call(self) -> dict[str, Any] | None:
+        path = self.state / "sudo.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
 @pytest.fixture()
@@ -193,7 +218,8 @@ def test_pipelining_off_in_ansible_cfg(fake: Fake, tmp_path: Path) -> None:
 def test_exec_command_argv_env_cwd_and_no_tty(local: Any, fake: Fake) -> None:
     rc, out, err = local.exec_command("echo out; echo err >&2; exit 3")
     assert (rc, out, err) == (3, b"out\n", b"err\n")
-    assert fake.argv() == [os.fsencode(str(fake.pct)), b"exec", b"200", b"--", b"/bin/sh", b"-c", b"echo out; echo err >&2; exit 3"]
+    assert fake.argv() == [os.fsencode(str(fake.pct)), b"exec", b"200", b"--keep-env", b"1", b"--", b"/bin/sh", b"-c",
+                           b"echo out; echo err >&2; exit 3"]
     call = fake.call()
     home = os.path.expanduser("~")
     user = call["env"]["USER"]
@@ -263,7 +289,7 @@ def test_vmid_errors_name_the_variable(fake: Fake, host_vars: dict[str, Any], ex
 @pytest.mark.parametrize("vmid", [VMID_MIN, VMID_MAX])
 def test_the_vmid_range_is_pct_exec_s(fake: Fake, vmid: int) -> None:
     rc, _out, _err = connect(pct_vmid=vmid, pct_path=str(fake.pct)).exec_command("true")
-    assert rc == 0 and fake.argv()[1:4] == [b"exec", str(vmid).encode(), b"--"]
+    assert rc == 0 and fake.argv()[1:6] == [b"exec", str(vmid).encode(), b"--keep-env", b"1", b"--"]
 
 
 def test_become_with_password_is_refused(local: Any) -> None:
@@ -287,7 +313,7 @@ def test_put_file_binary_exact(local: Any, fake: Fake, tmp_path: Path, size: int
     dest = tmp_path / "dest"
     local.put_file(str(tmp_path / "src"), str(dest))
     assert dest.read_bytes() == data
-    assert fake.argv()[1:] == [b"exec", b"200", b"--", b"/bin/sh", b"-c", b'cat > "$1"', b"sh", os.fsencode(str(dest))]
+    assert fake.argv()[1:] == [b"exec", b"200", b"--keep-env", b"1", b"--", b"/bin/sh", b"-c", b'cat > "$1"', b"sh", os.fsencode(str(dest))]
 
 
 def test_put_file_gives_pct_a_pipe_not_the_file(local: Any, fake: Fake, tmp_path: Path) -> None:
@@ -375,7 +401,7 @@ def test_remote_exec_goes_through_ssh_with_clean_env(remote: Any, fake: Fake) ->
     ssh = fake.argv("ssh_argv.bin")
     assert ssh[:10] == [os.fsencode(str(fake.ssh)), b"-T", b"-o", b"BatchMode=yes", b"-o", b"ConnectTimeout=10", b"-l", b"root", b"pve1", b"--"]
     assert len(ssh) == 11
-    assert fake.argv()[1:] == [b"exec", b"200", b"--", b"/bin/sh", b"-c", b"printf %s \"$LANG\""]
+    assert fake.argv()[1:] == [b"exec", b"200", b"--keep-env", b"1", b"--", b"/bin/sh", b"-c", b"printf %s \"$LANG\""]
     call = fake.call()
     assert call["env"] == {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "HOME": "/root", "LOGNAME": "root", "USER": "root"}
     assert call["cwd"] == "/"
@@ -424,3 +450,157 @@ def test_invalid_node_is_rejected(fake: Fake) -> None:
     conn = connect(pct_vmid=200, pct_node="-oProxyCommand=touch /tmp/pwned", pct_ssh_executable=str(fake.ssh))
     with pytest.raises(AnsibleError, match="pct_node"):
         conn.exec_command("true")
+
+
+# --- community.proxmox's variable names -------------------------------------------------------------
+
+
+def test_proxmox_vmid_alone_names_the_container(fake: Fake) -> None:
+    conn = connect(proxmox_vmid=201, pct_path=str(fake.pct))
+    assert conn.get_option("vmid") == 201
+    rc, _out, _err = conn.exec_command("true")
+    assert rc == 0 and fake.argv()[1:3] == [b"exec", b"201"]
+
+
+def test_pct_vmid_wins_over_proxmox_vmid(fake: Fake) -> None:
+    conn = connect(proxmox_vmid=201, pct_vmid=202, pct_path=str(fake.pct))
+    rc, _out, _err = conn.exec_command("true")
+    assert rc == 0 and fake.argv()[1:3] == [b"exec", b"202"]
+    # the order of the host variables does not matter: the connection's vars list decides
+    conn = connect(pct_vmid=202, proxmox_vmid=201, pct_path=str(fake.pct))
+    assert conn.get_option("vmid") == 202
+
+
+def test_proxmox_node_alone_and_pct_node_wins(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, proxmox_node="pve-from-proxmox", pct_path=str(fake.pct), pct_ssh_executable=str(fake.ssh))
+    conn.exec_command("true")
+    assert b"pve-from-proxmox" in fake.argv("ssh_argv.bin")
+    conn = connect(pct_vmid=200, proxmox_node="pve-from-proxmox", pct_node="pve1", pct_path=str(fake.pct), pct_ssh_executable=str(fake.ssh))
+    conn.exec_command("true")
+    ssh = fake.argv("ssh_argv.bin")
+    assert b"pve1" in ssh and b"pve-from-proxmox" not in ssh
+
+
+def test_missing_vmid_mentions_both_names(fake: Fake) -> None:
+    with pytest.raises(AnsibleError, match=r"Missing container id: set the host variable pct_vmid \(proxmox_vmid, community.proxmox's name, is accepted too\)"):
+        connect(pct_path=str(fake.pct)).exec_command("true")
+    with pytest.raises(AnsibleError, match=r"Invalid container id 42: pct_vmid \(or proxmox_vmid\) must be an integer from 100 to 999999999; fix"):
+        connect(proxmox_vmid=42, pct_path=str(fake.pct)).exec_command("true")
+
+
+# --- node_become: pct under sudo -n -------------------------------------------------------------------
+
+
+def test_node_become_is_off_by_default(local: Any, fake: Fake) -> None:
+    assert local.get_option("node_become") is False and local.get_option("node_become_exe") == "sudo"
+    local.exec_command("true")
+    assert fake.sudo_call() is None
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("yes", True), ("false", False)])
+def test_node_become_from_env(fake: Fake, monkeypatch: pytest.MonkeyPatch, value: str, expected: bool) -> None:
+    monkeypatch.setenv("ANSIBLE_PCT_NODE_BECOME", value)
+    assert connect(pct_vmid=200, pct_path=str(fake.pct)).get_option("node_become") is expected
+
+
+def test_local_node_become_runs_pct_under_sudo(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_node_become=True, pct_node_become_exe=str(fake.sudo))
+    rc, out, _err = conn.exec_command("printf %s ok")
+    assert (rc, out) == (0, b"ok")
+    sudo = fake.sudo_call()
+    assert sudo is not None
+    assert sudo["argv"] == [str(fake.sudo), "-n", "--", str(fake.pct), "exec", "200", "--keep-env", "1", "--", "/bin/sh", "-c", "printf %s ok"]
+    assert sudo["env"]["PATH"] == CLEAN_PATH and "TRAINOPS_SECRET_CANARY" not in sudo["env"]
+
+
+def test_remote_node_become_command_line(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_node="pve1", pct_node_user="trainops", pct_ssh_executable=str(fake.ssh),
+                   pct_node_become=True, pct_node_become_exe=str(fake.sudo))
+    rc, out, _err = conn.exec_command("printf %s \"$USER\"")
+    assert (rc, out) == (0, b"trainops")  # the fake sudo keeps the environment; the real one resets it (see test_node_become.py)
+    line = fake.argv("ssh_argv.bin")[-1].decode()
+    assert shlex.split(line) == ["env", "-i", "-C", "/", "LANG=C.UTF-8", "LOGNAME=trainops", "PATH=" + CLEAN_PATH, "USER=trainops",
+                                 str(fake.sudo), "-n", "--", str(fake.pct), "exec", "200", "--keep-env", "1", "--",
+                                 "/bin/sh", "-c", "printf %s \"$USER\""]
+    assert b"-l" in fake.argv("ssh_argv.bin") and b"trainops" in fake.argv("ssh_argv.bin")
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("password", "{sudo} refused to run pct as root for trainops on node pve1 without a password ({sudo} -n -- pct: "
+                 "sudo: a password is required); allow NOPASSWD for pct in sudoers on node pve1, "
+                 "e.g. `trainops ALL=(root) NOPASSWD: /usr/sbin/pct` in /etc/sudoers.d/"),
+    ("tty", "{sudo} on node pve1 wants a terminal (requiretty in sudoers), which this connection never allocates "
+            "(sudo: sorry, you must have a tty to run sudo); add `Defaults:trainops !requiretty` to sudoers, and allow NOPASSWD"),
+])
+def test_sudo_refusals_say_what_to_put_in_sudoers(fake: Fake, mode: str, expected: str) -> None:
+    (fake.state / "sudo_mode").write_text(mode, encoding="utf-8")
+    conn = connect(pct_vmid=200, pct_node="pve1", pct_node_user="trainops", pct_ssh_executable=str(fake.ssh), pct_node_become=True,
+                   pct_node_become_exe=str(fake.sudo))
+    with pytest.raises(AnsibleConnectionFailure) as failure:
+        conn.exec_command("true")
+    text = str(failure.value)
+    assert text.startswith("Cannot run a command in container 200 on node pve1: "), text
+    assert expected.format(sudo=fake.sudo) in text, text
+    assert not (fake.state / "argv.bin").exists()  # pct never ran
+
+
+def test_missing_local_sudo_is_named(fake: Fake, tmp_path: Path) -> None:
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_node_become=True, pct_node_become_exe=str(tmp_path / "no" / "sudo"))
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot reach container 200: .*/no/sudo was not found .* install it on the node"):
+        conn.exec_command("true")
+
+
+@pytest.mark.parametrize("value", ["-x", "su do"])
+def test_invalid_become_exe(fake: Fake, value: Any) -> None:
+    with pytest.raises(AnsibleError, match=r"Invalid pct_node_become_exe"):
+        connect(pct_vmid=200, pct_path=str(fake.pct), pct_node_become=True, pct_node_become_exe=value).exec_command("true")
+
+
+# --- node_command: a program on the node itself -----------------------------------------------------------
+
+
+def test_node_command_local_runs_on_the_controller_without_sudo(fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINOPS_SECRET_CANARY", "leaked")
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_node_become=True, pct_node_become_exe=str(fake.sudo))
+    rc, out, err = conn.node_command(["sh", "-c", 'echo "$$"; pwd; env; cat; echo err >&2; exit 4'], in_data=b"from stdin\n")
+    assert (rc, err) == (4, b"err\n")
+    lines = out.decode().splitlines()
+    assert int(lines[0]) > 0 and lines[1] == "/" and "from stdin" in lines
+    assert f"PATH={CLEAN_PATH}" in lines and not any(line.startswith("TRAINOPS_SECRET_CANARY") for line in lines)
+    assert fake.sudo_call() is None and not (fake.state / "argv.bin").exists()  # neither sudo nor pct ran
+
+
+def test_node_command_remote_goes_through_ssh_without_sudo(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_node="pve1", pct_node_user="trainops", pct_ssh_executable=str(fake.ssh),
+                   pct_node_become=True, pct_node_become_exe=str(fake.sudo))
+    rc, out, _err = conn.node_command(["printf", "%s|", "a b", "it's", "$(x)"])
+    assert (rc, out) == (0, b"a b|it's|$(x)|")
+    ssh = fake.argv("ssh_argv.bin")
+    assert ssh[:8] == [os.fsencode(str(fake.ssh)), b"-T", b"-o", b"BatchMode=yes", b"-o", b"ConnectTimeout=10", b"-l", b"trainops"]
+    assert shlex.split(ssh[-1].decode()) == ["env", "-i", "-C", "/", "LANG=C.UTF-8", "LOGNAME=trainops", "PATH=" + CLEAN_PATH, "USER=trainops",
+                                             "printf", "%s|", "a b", "it's", "$(x)"]
+    assert fake.sudo_call() is None
+
+
+def test_node_command_returns_the_program_status(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_node="pve1", pct_ssh_executable=str(fake.ssh))
+    rc, _out, err = conn.node_command(["sh", "-c", "echo no >&2; exit 3"])
+    assert (rc, err) == (3, b"no\n")
+    rc, _out, err = conn.node_command(["no-such-program-here"])
+    assert rc == 127 and b"no-such-program-here" in err  # env's own message, the caller's business
+
+
+def test_node_command_ssh_failure_raises(fake: Fake) -> None:
+    (fake.state / "ssh_down").touch()
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_node="pve1", pct_ssh_executable=str(fake.ssh))
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot run nvidia-smi on node pve1: ssh could not run it \(exit status 255\): "
+                                                       r"node pve1 cannot be reached: .*Connection refused; check that it is up"):
+        conn.node_command(["nvidia-smi", "-L"])
+
+
+def test_node_command_local_program_missing(fake: Fake) -> None:
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct))
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot run no-such-program-here on the local node: cannot start no-such-program-here: "):
+        conn.node_command(["no-such-program-here"])
+    with pytest.raises(AnsibleError, match=r"the argv is empty"):
+        conn.node_command([])

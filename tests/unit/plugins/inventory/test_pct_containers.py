@@ -50,6 +50,7 @@ class FakeNodes:
         self.pct_path = pct_path
         self.nodes: dict[str, dict[int, tuple[str, str | None]]] = {}
         self.unreachable: set[str] = set()
+        self.sudo_refuses: set[str] = set()
         self.calls: list[tuple[str, list[str], list[str]]] = []
 
     def add(self, node: str, vmid: int, status: str, config: str | None) -> None:
@@ -59,7 +60,7 @@ class FakeNodes:
     def node_side(self, argv: list[str]) -> tuple[str, list[str]]:
         """(node, argv run on it) of a controller-side argv."""
         if argv[0] != "ssh":
-            assert argv[0] == self.pct_path or argv[0] == "/bin/sh", argv
+            assert argv[0] in (self.pct_path, "/bin/sh", "sudo"), argv
             return LOCAL, argv
         assert argv[1:4] == ["-T", "-o", "BatchMode=yes"], argv
         node, remote = argv[-3], shlex.split(argv[-1])
@@ -97,14 +98,21 @@ class FakeNodes:
         assert timeout > 0
         if node in self.unreachable:
             return subprocess.CompletedProcess(argv, 255, b"", f"ssh: connect to host {node} port 22: Connection refused\n".encode())
+        if side[0] == "sudo" and node in self.sudo_refuses:
+            return subprocess.CompletedProcess(argv, 1, b"", b"sudo: a password is required\n")
         if side[-1] == "list":
             return subprocess.CompletedProcess(argv, 0, self.list_output(node).encode(), b"")
         assert side[:2] == ["/bin/sh", "-c"], side
-        out, err = self.batch_output(node, side[4], side[6:])
+        out, err = self.batch_output(node, side[4], batch_vmids(side))
         return subprocess.CompletedProcess(argv, 0, out.encode(), err.encode())
 
     def count(self, node: str) -> int:
         return sum(1 for call in self.calls if call[0] == node)
+
+
+def batch_vmids(side: list[str]) -> list[str]:
+    """The VMIDs of a config batch (``/bin/sh -c SCRIPT sh MARKER VMID... -- PCT-INVOCATION``)."""
+    return side[5:side.index("--", 5)]
 
 
 @pytest.fixture()
@@ -203,7 +211,7 @@ def test_status_filter_skips_configs(source: Source, fake: FakeNodes) -> None:
     inventory = source.parse(nodes=["local", "pve-c", "pve-e"], status=["running"])
     assert sorted(inventory.hosts) == ["ct340", "ct342"]
     batches = [call[2] for call in fake.calls if call[2][0] == "/bin/sh"]
-    assert sorted(batch[6:] for batch in batches) == [["340"], ["342"]]  # nodes are listed in parallel
+    assert sorted(batch_vmids(batch) for batch in batches) == [["340"], ["342"]]  # nodes are listed in parallel
     assert fake.count("pve-e") == 1
     assert "pct_stopped" not in inventory.groups
 
@@ -320,3 +328,30 @@ def test_failed_refresh_does_not_update_cache(source: Source, fake: FakeNodes, t
     fake.unreachable.clear()
     inventory = source.parse(use_cache=True, cache=True, **options)
     assert "ct342" in inventory.hosts
+
+
+def test_node_become_runs_pct_under_sudo_and_tells_the_connection(source: Source, fake: FakeNodes) -> None:
+    inventory = source.parse(nodes=["pve-c", {"name": "pve-d", "node_user": "root", "node_become": False}], node_user="trainops", node_become=True,
+                             pct_path="pct")
+    sides = {node: [side for name, dummy, side in fake.calls if name == node] for node in ("pve-c", "pve-d")}
+    assert sides["pve-c"][0] == ["sudo", "-n", "--", "pct", "list"]
+    assert sides["pve-c"][1][:2] == ["/bin/sh", "-c"] and sides["pve-c"][1][-5:] == ["--", "sudo", "-n", "--", "pct"]
+    assert sides["pve-d"][0] == ["pct", "list"] and sides["pve-d"][1][-2:] == ["--", "pct"]
+    ct342 = hostvars(inventory, "ct342")
+    assert (ct342["pct_node_user"], ct342["pct_node_become"]) == ("trainops", True)
+    assert "pct_node_become" not in hostvars(inventory, "ct344")
+
+
+def test_node_become_refused_names_the_sudoers_rule(source: Source, fake: FakeNodes) -> None:
+    fake.sudo_refuses.add("pve-c")
+    expected = (r"Cannot list the containers of node pve-c: sudo refused to run pct as root for trainops on node pve-c without a password "
+                r"\(sudo -n -- pct: sudo: a password is required\); allow NOPASSWD for pct in sudoers on node pve-c, "
+                r"e\.g\. `trainops ALL=\(root\) NOPASSWD: /usr/sbin/pct`")
+    with pytest.raises(AnsibleParserError, match=expected):
+        source.parse(nodes=["pve-c"], node_user="trainops", node_become=True, pct_path="pct")
+
+
+def test_local_node_become(source: Source, fake: FakeNodes) -> None:
+    inventory = source.parse(node_become=True)
+    assert [call[2][:4] for call in fake.calls][0] == ["sudo", "-n", "--", fake.pct_path]
+    assert hostvars(inventory, "ct340")["pct_node_become"] is True

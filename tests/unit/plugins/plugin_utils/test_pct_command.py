@@ -20,6 +20,7 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command i
     NODE_SHELL,
     VMID_MAX,
     VMID_MIN,
+    KEEP_ENV,
     PctOptionError,
     PctTarget,
     build_command,
@@ -27,10 +28,13 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command i
     config_batch_argv,
     fetch_command,
     list_argv,
+    node_command_argv,
+    parse_become_exe,
     parse_node,
     parse_ssh_args,
     parse_vmid,
     pct_exec_argv,
+    pct_invocation,
     printable,
     put_command,
     remote_command_line,
@@ -77,7 +81,7 @@ def test_parse_vmid_accepts(value: object, expected: int) -> None:
 
 @pytest.mark.parametrize("value", [99, 0, -200, 1_000_000_000, "abc", "20x", "-200", "1e3", "２００", True, 2.5, [200]])
 def test_parse_vmid_rejects_and_names_the_variable(value: object) -> None:
-    with pytest.raises(PctOptionError, match=r"pct_vmid must be an integer from 100 to 999999999"):
+    with pytest.raises(PctOptionError, match=r"pct_vmid \(or proxmox_vmid\) must be an integer from 100 to 999999999; fix the host variable"):
         parse_vmid(value)
 
 
@@ -97,7 +101,8 @@ def test_parse_vmid_accepts_every_vmid_of_the_range(vmid: int) -> None:
 
 @pytest.mark.parametrize("value", [None, ""])
 def test_parse_vmid_missing_names_the_variable(value: object) -> None:
-    with pytest.raises(PctOptionError, match=r"^Missing container id: set the host variable pct_vmid"):
+    with pytest.raises(PctOptionError, match=r"^Missing container id: set the host variable pct_vmid \(proxmox_vmid, community.proxmox's name, "
+                                             r"is accepted too\) to the VMID"):
         parse_vmid(value)
 
 
@@ -141,29 +146,87 @@ def test_in_container_commands() -> None:
 
 
 def test_inventory_commands() -> None:
-    assert list_argv("/usr/sbin/pct") == ["/usr/sbin/pct", "list"]
-    assert config_batch_argv("/opt/my pct", [340, 341], "### m") == [NODE_SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", "### m", "/opt/my pct",
-                                                                     "340", "341"]
-    assert config_batch_argv("pct", [], "m")[-2:] == ["m", "pct"]
+    assert list_argv(PctTarget(vmid=0, pct_path="/usr/sbin/pct")) == ["/usr/sbin/pct", "list"]
+    assert config_batch_argv(PctTarget(vmid=0, pct_path="/opt/my pct"), [340, 341], "### m") == [
+        NODE_SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", "### m", "340", "341", "--", "/opt/my pct"]
+    assert config_batch_argv(PctTarget(vmid=0), [], "m")[-3:] == ["m", "--", "pct"]
+
+
+def test_inventory_commands_under_sudo_run_only_pct_as_root() -> None:
+    target = PctTarget(vmid=0, node_become=True)
+    assert list_argv(target) == ["sudo", "-n", "--", "pct", "list"]
+    assert config_batch_argv(target, [340], "m") == [NODE_SHELL, "-c", CONFIG_BATCH_SCRIPT, "sh", "m", "340", "--", "sudo", "-n", "--", "pct"]
+
+
+def test_pct_invocation_is_the_one_place_that_adds_sudo() -> None:
+    assert pct_invocation(PctTarget(vmid=200)) == ["pct"]
+    assert pct_invocation(PctTarget(vmid=200, pct_path="/usr/sbin/pct", node_become=True)) == ["sudo", "-n", "--", "/usr/sbin/pct"]
+    assert pct_invocation(PctTarget(vmid=200, node_become=True, node_become_exe="/usr/local/bin/sudo")) == ["/usr/local/bin/sudo", "-n", "--", "pct"]
+    assert pct_invocation(PctTarget(vmid=200, node_become=False, node_become_exe="doas")) == ["pct"]
 
 
 def test_local_argv_is_plain_pct_exec() -> None:
     target = PctTarget(vmid=200, pct_path="/usr/sbin/pct")
-    assert build_command(target, ["/bin/sh", "-c", "a b"], ENV) == ["/usr/sbin/pct", "exec", "200", "--", "/bin/sh", "-c", "a b"]
+    assert KEEP_ENV == ("--keep-env", "1")
+    assert build_command(target, ["/bin/sh", "-c", "a b"], ENV) == ["/usr/sbin/pct", "exec", "200", "--keep-env", "1", "--", "/bin/sh", "-c", "a b"]
     with pytest.raises(ValueError):
         pct_exec_argv(target, [])
+
+
+def test_local_argv_with_become() -> None:
+    target = PctTarget(vmid=200, pct_path="/usr/sbin/pct", node_become=True)
+    assert build_command(target, ["true"], ENV) == ["sudo", "-n", "--", "/usr/sbin/pct", "exec", "200", "--keep-env", "1", "--", "true"]
+
+
+def test_remote_argv_with_become_runs_sudo_inside_env_i() -> None:
+    target = PctTarget(vmid=201, node="pve1", node_user="trainops", node_become=True)
+    env = remote_environment(target)
+    argv = build_command(target, ["cat", "--", "/x"], env)
+    assert argv[:9] == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-l", "trainops", "pve1"]
+    assert shlex.split(argv[-1]) == [
+        "env", "-i", "-C", "/", "LANG=C.UTF-8", "LOGNAME=trainops", "PATH=" + CLEAN_PATH, "USER=trainops",
+        "sudo", "-n", "--", "pct", "exec", "201", "--keep-env", "1", "--", "cat", "--", "/x",
+    ]
+
+
+def test_node_command_argv_never_uses_sudo() -> None:
+    local = PctTarget(vmid=200, node_become=True)
+    assert node_command_argv(local, ["nvidia-smi", "-L"], ENV) == ["nvidia-smi", "-L"]
+    remote = PctTarget(vmid=200, node="pve1", node_user="trainops", node_become=True, ssh_args=("-p", "2222"))
+    argv = node_command_argv(remote, ["sh", "-c", "echo $$; hostname"], remote_environment(remote))
+    assert argv[:-1] == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-l", "trainops", "-p", "2222", "pve1", "--"]
+    assert shlex.split(argv[-1]) == ["env", "-i", "-C", "/", "LANG=C.UTF-8", "LOGNAME=trainops", "PATH=" + CLEAN_PATH, "USER=trainops",
+                                     "sh", "-c", "echo $$; hostname"]
+    assert "sudo" not in shlex.split(argv[-1])
+    with pytest.raises(ValueError):
+        node_command_argv(remote, [], ENV)
+
+
+@given(ARGV)
+@settings(max_examples=100)
+def test_node_command_line_round_trips_through_shlex(argv: list[str]) -> None:
+    line = node_command_argv(REMOTE, argv, ENV)[-1]
+    assert shlex.split(line)[-len(argv):] == argv
+
+
+def test_parse_become_exe() -> None:
+    assert parse_become_exe(None) == "sudo" and parse_become_exe("") == "sudo"
+    assert parse_become_exe("/usr/bin/sudo") == "/usr/bin/sudo"
+    for bad in ("-s", "sudo -E", 5):
+        with pytest.raises(PctOptionError, match=r"^Invalid pct_node_become_exe"):
+            parse_become_exe(bad)
 
 
 def test_remote_argv_wraps_in_ssh_without_pty() -> None:
     target = PctTarget(vmid=201, node="pve1", node_user="root", ssh_executable="/usr/bin/ssh", ssh_args=("-p", "2222"), timeout=7)
     argv = build_command(target, ["cat", "--", "/x"], ENV)
-    line = remote_command_line(["pct", "exec", "201", "--", "cat", "--", "/x"], ENV)
+    line = remote_command_line(["pct", "exec", "201", "--keep-env", "1", "--", "cat", "--", "/x"], ENV)
     assert argv == ["/usr/bin/ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "-l", "root", "-p", "2222", "pve1", "--", line]
     assert "-t" not in argv and "-tt" not in argv
     assert shlex.split(line) == [
         "env", "-i", "-C", "/",
         "HOME=/root", "LANG=C.UTF-8", "LOGNAME=root", "PATH=" + CLEAN_PATH, "USER=root",
-        "pct", "exec", "201", "--", "cat", "--", "/x",
+        "pct", "exec", "201", "--keep-env", "1", "--", "cat", "--", "/x",
     ]
 
 
@@ -217,7 +280,18 @@ def _through_posix_sh(tmp_path: Path, argv: list[str]) -> list[bytes]:
 def test_hostile_arguments_pass_posix_sh_byte_exact(tmp_path: Path) -> None:
     argv = [*HOSTILE, "\udcff\udcfe raw bytes"]
     received = _through_posix_sh(tmp_path, argv)
-    assert received == [b"exec", b"200", b"--", *(os.fsencode(a) for a in argv)]
+    assert received == [b"exec", b"200", b"--keep-env", b"1", b"--", *(os.fsencode(a) for a in argv)]
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_hostile_arguments_reach_sudo_byte_exact(tmp_path: Path) -> None:
+    """With node_become the recorder stands in for sudo: it gets -n -- pct exec ... and every argument byte-exact."""
+    script, record = _recorder(tmp_path)
+    target = PctTarget(vmid=200, node="pve1", node_user="trainops", node_become=True, node_become_exe=str(script))
+    line = remote_command_line(pct_exec_argv(target, HOSTILE), remote_environment(target))
+    subprocess.run([b"/bin/sh", b"-c", os.fsencode(line)], check=True, env={}, cwd=tmp_path)
+    assert record.read_bytes().split(b"\0")[:-1] == [b"-n", b"--", b"pct", b"exec", b"200", b"--keep-env", b"1", b"--",
+                                                     *(os.fsencode(a) for a in HOSTILE)]
     assert not Path("/tmp/pwned").exists()
 
 
@@ -225,7 +299,7 @@ def test_hostile_arguments_pass_posix_sh_byte_exact(tmp_path: Path) -> None:
 @settings(max_examples=25)
 def test_any_arguments_pass_posix_sh_byte_exact(tmp_path_factory: pytest.TempPathFactory, argv: list[str]) -> None:
     received = _through_posix_sh(tmp_path_factory.mktemp("sh"), argv)
-    assert received[3:] == [os.fsencode(a) for a in argv]
+    assert received[5:] == [os.fsencode(a) for a in argv]
 
 
 def test_resolve_local_pct(tmp_path: Path) -> None:

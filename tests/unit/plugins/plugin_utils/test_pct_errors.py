@@ -10,7 +10,9 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import PctTarget
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import (
     ContainerNotRunning,
+    become_exe_not_found_cause,
     not_run_error,
+    node_command_error,
     command_failure_cause,
     diagnose,
     failure_message,
@@ -146,3 +148,93 @@ def test_not_run_error_tells_a_stopped_container_apart(target: PctTarget, rc: in
     assert isinstance(error, AnsibleConnectionFailure) and isinstance(error, ContainerNotRunning) is stopped, error
     assert str(error).startswith("Cannot run a command in container 201"), str(error)
     assert ("start it with 'pct start 201'" in str(error)) is stopped, str(error)
+
+
+# --- node_become: sudo's refusals, measured with Debian 12's sudo 1.9.13 (tests/integration/test_node_become.py) ---
+
+BECOME = PctTarget(vmid=201, node="pve1", node_user="trainops", node_become=True)
+LOCAL_BECOME = PctTarget(vmid=201, node_become=True, pct_path="/usr/sbin/pct")
+HINT = "allow NOPASSWD for pct in sudoers on node pve1, e.g. `trainops ALL=(root) NOPASSWD: /usr/sbin/pct` in /etc/sudoers.d/"
+
+
+@pytest.mark.parametrize("stderr", [
+    b"sudo: a password is required\n",  # sudo -n, no rule (or none for pct) for the user
+    b"sudo: a terminal is required to read the password; either use the -S option to read from standard input or configure an askpass helper\n",
+    b"trainops is not in the sudoers file.\n",
+    b"Sorry, user trainops is not allowed to execute '/usr/sbin/pct exec 201' as root on pve1.\n",
+])
+def test_sudo_refusal_gives_the_sudoers_rule(stderr: bytes) -> None:
+    cause = diagnose(BECOME, 1, stderr)
+    assert cause is not None
+    assert cause.startswith("sudo refused to run pct as root for trainops on node pve1 without a password (sudo -n -- pct: "), cause
+    assert cause.endswith(HINT), cause
+    error = not_run_error("Cannot run a command in", BECOME, 1, stderr)
+    assert error is not None and not isinstance(error, ContainerNotRunning)
+    assert str(error).startswith("Cannot run a command in container 201 on node pve1: sudo refused")
+
+
+def test_sudo_hint_uses_pct_path_and_local_node() -> None:
+    cause = diagnose(LOCAL_BECOME, 1, b"sudo: a password is required\n")
+    assert cause is not None and "on the local node" in cause
+    assert cause.endswith("e.g. `USER ALL=(root) NOPASSWD: /usr/sbin/pct` in /etc/sudoers.d/"), cause
+
+
+def test_sudo_requiretty() -> None:
+    cause = diagnose(BECOME, 1, b"sudo: sorry, you must have a tty to run sudo\n")
+    assert cause is not None and "requiretty" in cause and "Defaults:trainops !requiretty" in cause and cause.endswith(HINT)
+
+
+@pytest.mark.parametrize("rc, stderr", [
+    (127, b"env: 'sudo': No such file or directory\n"),
+    (127, "env: \u2018sudo\u2019: No such file or directory\n".encode()),
+    (127, b"/usr/bin/env: 'sudo': No such file or directory\n"),
+    (127, b"sh: 1: sudo: not found\n"),
+    (127, b"bash: sudo: command not found\n"),
+])
+def test_sudo_missing(rc: int, stderr: bytes) -> None:
+    cause = diagnose(BECOME, rc, stderr)
+    assert cause is not None
+    assert cause.startswith("sudo was not found in PATH /usr/local/sbin:"), cause
+    assert "on node pve1" in cause and "apt-get install sudo" in cause and "pct_node_become_exe" in cause
+
+
+def test_pct_missing_under_sudo() -> None:
+    cause = diagnose(BECOME, 1, b"sudo: pct: command not found\n")
+    assert cause is not None
+    assert cause.startswith("pct was not found in PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin or in sudo's secure_path on node pve1")
+    assert cause.endswith("set pct_path")
+
+
+def test_sudo_messages_need_become() -> None:
+    """Without node_become the same text is the command's own output in the container: not a failure of pct."""
+    assert diagnose(REMOTE, 1, b"sudo: a password is required\n") is None
+    assert diagnose(BECOME, 0, b"sudo: a password is required\n") is None
+    # pct missing on the node without become is still pct's
+    assert diagnose(REMOTE, 127, b"env: 'pct': No such file or directory\n") is not None
+    assert diagnose(BECOME, 127, b"env: 'pct': No such file or directory\n") is not None
+
+
+@pytest.mark.parametrize("target, fix", [
+    (PctTarget(vmid=201, node="pve1", node_user="trainops"), "set pct_node_user to root, or set pct_node_become to true"),
+    (PctTarget(vmid=201), "run Ansible as root, or set pct_node_become to true"),
+])
+def test_pct_without_root(target: PctTarget, fix: str) -> None:
+    """Real pct (PVE::RESTEnvironment::setup_default_cli_env) says ``please run as root`` and exits non-zero."""
+    cause = diagnose(target, 255, b"please run as root\n")
+    assert cause is not None
+    assert cause.startswith(f"pct needs root on {target.describe_node()} and ran as "), cause
+    assert fix in cause and "NOPASSWD" in cause
+
+
+def test_node_command_error_only_for_ssh_failures() -> None:
+    error = node_command_error("nvidia-smi", REMOTE, 255, b"ssh: connect to host pve1 port 22: Connection refused\r\n")
+    assert isinstance(error, AnsibleConnectionFailure)
+    assert str(error).startswith("Cannot run nvidia-smi on node pve1: ssh could not run it (exit status 255): node pve1 cannot be reached: ")
+    assert node_command_error("nvidia-smi", REMOTE, 9, b"") is None
+    assert node_command_error("nvidia-smi", LOCAL, 255, b"") is None  # a local program's own status
+
+
+def test_become_exe_not_found_cause() -> None:
+    cause = become_exe_not_found_cause(PctTarget(vmid=201, node_become=True, node_become_exe="/opt/sudo"), "boom")
+    assert cause == ("/opt/sudo was not found at that path on the local node (boom); install it on the node (apt-get install sudo), "
+                     "set pct_node_become_exe, or log in as root and set pct_node_become to false")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CONFIG_BATCH_SCRIPT, config_batch_argv, list_argv
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CONFIG_BATCH_SCRIPT, PctTarget, config_batch_argv, list_argv
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_inventory import (
     NodeSpec,
     check_host_name_format,
@@ -39,7 +39,8 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_output im
 )
 
 ROW = "%-10s %-10s %-12s %-20s\n"  # pve-container's `pct list` format
-DEFAULTS = {"node_user": None, "ssh_args": "", "ssh_executable": "ssh", "pct_path": "pct", "timeout": 10}
+DEFAULTS = {"node_user": None, "node_become": False, "node_become_exe": "sudo", "ssh_args": "", "ssh_executable": "ssh", "pct_path": "pct",
+            "timeout": 10}
 REMOTE = NodeSpec(name="pve-a", remote=True, ssh_args=("-F", "/etc/ssh/pve config"))
 
 
@@ -207,7 +208,7 @@ def test_batch_script_runs_with_sh(tmp_path: object) -> None:
         out.write('#!/bin/sh\n[ "$2" = 341 ] && { echo "Configuration file \'nodes/n/lxc/341.conf\' does not exist" >&2; exit 2; }\n'
                   'printf "hostname: ct-%s\\ndescription: it%%27s \\$(x) ### pct\\n" "$2"\n')
     subprocess.run(["chmod", "+x", fake], check=True)
-    argv = config_batch_argv(fake, [340, 341, 342], "### m")
+    argv = config_batch_argv(PctTarget(vmid=0, pct_path=fake), [340, 341, 342], "### m")
     assert argv[:3] == ["/bin/sh", "-c", CONFIG_BATCH_SCRIPT]
     result = subprocess.run(argv, capture_output=True, text=True, check=True)
     configs, failures = split_config_batch(result.stdout, "### m", [340, 341, 342])
@@ -217,24 +218,59 @@ def test_batch_script_runs_with_sh(tmp_path: object) -> None:
     assert "341.conf' does not exist" in result.stderr
 
 
+def test_batch_script_runs_only_pct_under_sudo(tmp_path: object) -> None:
+    """With node_become the script gets ``sudo -n -- pct`` as arguments and runs it per VMID; the shell itself is not under sudo."""
+    fake_pct, fake_sudo, log = f"{tmp_path}/my pct", f"{tmp_path}/sudo", f"{tmp_path}/sudo.log"
+    with open(fake_pct, "w", encoding="utf-8") as out:
+        out.write('#!/bin/sh\nprintf "hostname: ct-%s\\n" "$2"\n')
+    with open(fake_sudo, "w", encoding="utf-8") as out:
+        out.write(f'#!/bin/sh\nprintf "%s|" "$@" >> {shlex.quote(log)}; echo >> {shlex.quote(log)}\n'
+                  '[ "$1" = -n ] && [ "$2" = -- ] || exit 9\nshift 2\nexec "$@"\n')
+    subprocess.run(["chmod", "+x", fake_pct, fake_sudo], check=True)
+    target = PctTarget(vmid=0, pct_path=fake_pct, node_become=True, node_become_exe=fake_sudo)
+    argv = config_batch_argv(target, [340, 341], "### m")
+    assert argv[3:] == ["sh", "### m", "340", "341", "--", fake_sudo, "-n", "--", fake_pct]
+    result = subprocess.run(argv, capture_output=True, text=True, check=True)
+    configs, failures = split_config_batch(result.stdout, "### m", [340, 341])
+    assert not failures and parse_pct_config(configs[341]).options == {"hostname": "ct-341"}
+    with open(log, encoding="utf-8") as calls:
+        assert calls.read().splitlines() == [f"-n|--|{fake_pct}|config|340|", f"-n|--|{fake_pct}|config|341|"]
+
+
+def test_batch_script_without_vmids_or_invocation(tmp_path: object) -> None:
+    assert subprocess.run(config_batch_argv(PctTarget(vmid=0, pct_path="/bin/false"), [], "m"), capture_output=True, check=False).stdout == b""
+    broken = subprocess.run(["/bin/sh", "-c", CONFIG_BATCH_SCRIPT, "sh", "m", "340"], capture_output=True, text=True, check=False)
+    assert broken.returncode == 2 and "no pct invocation" in broken.stderr
+
+
 # --- commands ---------------------------------------------------------------------------------------
 
 
 def test_local_commands_are_plain_argv() -> None:
     local = NodeSpec()
-    assert node_command(local, list_argv("/usr/sbin/pct")) == ["/usr/sbin/pct", "list"]
+    assert node_command(local, list_argv(PctTarget(vmid=0, pct_path="/usr/sbin/pct"))) == ["/usr/sbin/pct", "list"]
 
 
 def test_remote_commands_go_through_ssh_without_tty() -> None:
     spec = NodeSpec(name="pve-a", remote=True, node_user="root", ssh_args=("-F", "/x y/cfg"), timeout=7)
-    argv = node_command(spec, config_batch_argv("pct", [340, 341], "### m"))
+    argv = node_command(spec, config_batch_argv(spec.target(), [340, 341], "### m"))
     assert argv[:7] == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "-l"]
     assert argv[7:12] == ["root", "-F", "/x y/cfg", "pve-a", "--"]
     assert len(argv) == 13
     remote = shlex.split(argv[12])
     assert remote[:3] == ["env", "-i", "-C"]
-    assert remote[-8:] == ["/bin/sh", "-c", CONFIG_BATCH_SCRIPT, "sh", "### m", "pct", "340", "341"]
+    assert remote[-9:] == ["/bin/sh", "-c", CONFIG_BATCH_SCRIPT, "sh", "### m", "340", "341", "--", "pct"]
     assert "-t" not in argv and "-tt" not in argv
+
+
+def test_remote_commands_with_become() -> None:
+    spec = NodeSpec(name="pve-a", remote=True, node_user="trainops", node_become=True)
+    remote = shlex.split(node_command(spec, list_argv(spec.target()))[-1])
+    assert remote == ["env", "-i", "-C", "/", "LANG=C.UTF-8", "LOGNAME=trainops", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                      "USER=trainops", "sudo", "-n", "--", "pct", "list"]
+    batch = shlex.split(node_command(spec, config_batch_argv(spec.target(), [340], "m"))[-1])
+    assert batch[batch.index(CONFIG_BATCH_SCRIPT) + 1:] == ["sh", "m", "340", "--", "sudo", "-n", "--", "pct"]
+    assert batch[:batch.index("/bin/sh")].count("sudo") == 0  # the shell is not run by sudo
 
 
 # --- options ----------------------------------------------------------------------------------------
@@ -265,6 +301,8 @@ def test_nodes_strings_and_dicts_with_overrides() -> None:
     ([{"name": "pve-a", "ssh_args": "-o 'unclosed"}], "invalid ssh_args for node pve-a: No closing quotation"),
     ([{"name": "pve-a", "timeout": 0}], "invalid timeout"),
     ([{"name": "pve-a", "timeout": "soon"}], "invalid timeout"),
+    ([{"name": "pve-a", "node_become": "maybe"}], "invalid node_become 'maybe' for node pve-a"),
+    ([{"name": "pve-a", "node_become_exe": "sudo -E"}], r"Invalid node_become_exe 'sudo -E'.*\(node pve-a\)"),
 ])
 def test_nodes_invalid(value: object, message: str) -> None:
     with pytest.raises(PctInventoryError, match=message):
@@ -310,6 +348,24 @@ def test_container_vars_local_minimal() -> None:
     hostvars = container_vars(NodeSpec(), ListedContainer(341, "stopped", "backup", "CT341"), parse_pct_config(""))
     assert hostvars == {"pct_vmid": 341, "pct_status": "stopped", "pct_lock": "backup", "pct_hostname": "CT341",
                         "pct_tags": [], "pct_net": {}, "pct_config": {}}
+
+
+def test_nodes_with_become() -> None:
+    defaults = dict(DEFAULTS, node_user="trainops", node_become=True)
+    nodes = parse_nodes(["pve-a", {"name": "pve-b", "node_user": "root", "node_become": False}, {"name": "pve-c", "node_become_exe": "/usr/bin/sudo"}],
+                        defaults)
+    assert (nodes[0].node_user, nodes[0].node_become, nodes[0].node_become_exe) == ("trainops", True, "sudo")
+    assert (nodes[1].node_user, nodes[1].node_become) == ("root", False)
+    assert (nodes[2].node_become, nodes[2].node_become_exe) == (True, "/usr/bin/sudo")
+    assert parse_nodes([{"name": "pve-a", "node_become": "yes"}], DEFAULTS)[0].node_become is True
+    assert nodes[0].target().node_become and nodes[0].target().node_user == "trainops"
+
+
+def test_connection_vars_with_become() -> None:
+    spec = NodeSpec(name="pve-a", remote=True, node_user="trainops", node_become=True)
+    assert connection_vars(spec, "c") == {"ansible_connection": "c", "pct_node_user": "trainops", "pct_node_become": True}
+    local = NodeSpec(node_become=True, node_become_exe="/usr/bin/sudo")
+    assert connection_vars(local, "c") == {"ansible_connection": "c", "pct_node_become": True, "pct_node_become_exe": "/usr/bin/sudo"}
 
 
 def test_connection_vars_only_non_defaults() -> None:
