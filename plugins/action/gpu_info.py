@@ -27,6 +27,8 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars impo
 
 MODULE_NAME = "trainops.pct_launch.gpu_info"
 NODE_KEYS = ("gpus", "driver_version", "error", "processes")
+# What the module would report in a container of a node without GPUs.
+NO_GPU = {"gpus": [], "nvidia_smi": None, "driver_version": None, "error": None, "device_files": [], "libraries": {}, "held": {}}
 
 
 def node_argv(nvidia_smi: str) -> list[str]:
@@ -73,6 +75,10 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg=str(exc))
         vmid = host_vmid(task_vars)
         node = self._ask_node(str(args.get("node_nvidia_smi") or "nvidia-smi")) if self._on_container() else None
+        if node is not None and request is None and not node.get("gpus") and not node.get("error"):
+            # a node without GPUs has none to give its containers: nothing to look at in there (no pct call)
+            return dict(result, changed=False, container_checked=False, node=node, busy=[], busy_uuids=[], blocking=[], problems=[],
+                        **{key: value for key, value in NO_GPU.items()})
         host = self._execute_module(module_name=MODULE_NAME, module_args=args, task_vars=task_vars)
         if not module_answered(host):
             where = f"container {vmid}" if vmid is not None else f"host {task_vars.get('inventory_hostname')}"
@@ -85,7 +91,7 @@ class ActionModule(ActionBase):
                         int(args.get("busy_utilization", 10)), int(args.get("busy_memory", 512)))
         host.pop("processes", None)
         result.update(host, node=node, busy=findings, busy_uuids=sorted({str(item["uuid"]) for item in findings}),
-                      blocking=blocking(findings, request), problems=problems(node, host, request), changed=False)
+                      blocking=blocking(findings, request), problems=problems(node, host, request), changed=False, container_checked=True)
         return result
 
     def _on_container(self) -> bool:

@@ -74,6 +74,20 @@ def _check_paths(spec: LaunchSpec, home: str) -> None:
         raise JobError("log_dir_not_writable", f"log directory {folder} is not writable")
 
 
+def check_room(spec: LaunchSpec) -> None:
+    """The log's filesystem has ``min_free_mb`` MiB free (checked only before a start)."""
+    if not spec.min_free_mb:
+        return
+    folder = posixpath.dirname(spec.log_path or "") or "/"
+    try:
+        stats = os.statvfs(folder)
+    except OSError as exc:
+        raise JobError("log_dir_missing", f"cannot measure the free space of {folder}: {exc.strerror or exc}") from None
+    free = stats.f_bavail * stats.f_frsize / 1048576
+    if free < spec.min_free_mb:
+        raise JobError("log_dir_full", f"{free:.1f} MiB free on the filesystem of {folder}, min_free_mb is {spec.min_free_mb}")
+
+
 def preflight(spec: LaunchSpec, target: Target) -> dict[str, str]:
     """Check tmux, the user and the paths (a stop needs none of it); the facts found (``tmux_version``)."""
     if not target.tmux.installed:

@@ -25,7 +25,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_gpus impo
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import history_path
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stage import stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import group_alive, stop
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target, preflight
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target, check_room, preflight
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Before, facts_of, probe, read_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import (
     LaunchSpec,
@@ -198,6 +198,8 @@ def launch(spec: LaunchSpec, check_mode: bool = False) -> dict[str, str]:
         facts.update(preflight(spec, target))
         before = probe(target.tmux, spec.session_name, spec.run_dir, spec.log_path)
         facts.update(facts_of(before))
+        if spec.action != "stop" and not before.running:
+            check_room(spec)
         if check_mode:
             facts["would"] = plan(spec, before)
             if facts["would"] in ("start", "restart"):  # a request that cannot be given fails in check mode too

@@ -59,6 +59,8 @@ class LaunchSpec:
     gpus: tuple[str, t.Any] | None = None
     gpu_exclude: tuple[str, ...] = ()
     nvidia_smi: str = "nvidia-smi"
+    # free space the log's filesystem needs before a start, in MiB (0: not checked); not part of the job's spec
+    min_free_mb: int = 0
 
     @property
     def action(self) -> str:
@@ -162,6 +164,8 @@ def _numbers(params: t.Mapping[str, t.Any]) -> tuple[int, str, int]:
     stop_timeout = params.get("stop_timeout", 30)
     if not 0 <= stop_timeout <= 86400:
         raise SpecError(f"Invalid stop_timeout {stop_timeout}: use 0 to 86400 seconds")
+    if not 0 <= (params.get("min_free_mb") or 0) <= 1 << 30:
+        raise SpecError(f"Invalid min_free_mb {params.get('min_free_mb')}: use 0 (no check) or the MiB the log's filesystem needs free")
     return keep, signal, stop_timeout
 
 
@@ -199,7 +203,7 @@ def spec_from_params(params: t.Mapping[str, t.Any]) -> LaunchSpec:
         log_path=_log_path(params.get("log_path"), required=starting),
         log_mode=params.get("log_mode") or "rotate", log_keep=keep, stop_signal=signal, stop_timeout=stop_timeout,
         supervise=supervise, gpus=gpus, gpu_exclude=tuple(str(i).strip() for i in params.get("gpu_exclude") or ()),
-        nvidia_smi=params.get("nvidia_smi") or "nvidia-smi")
+        nvidia_smi=params.get("nvidia_smi") or "nvidia-smi", min_free_mb=params.get("min_free_mb") or 0)
 
 
 def _canonical(data: t.Any) -> bytes:

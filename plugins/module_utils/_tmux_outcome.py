@@ -23,6 +23,7 @@ _FIX = {
     "script_missing": "nothing was started; check command/argv and chdir",
     "log_dir_missing": "create it or choose another log_path",
     "log_dir_not_writable": "fix its permissions (or the read-only file system) or choose another log_path",
+    "log_dir_full": "free space there, choose another log_path, or lower min_free_mb",
     "log_exists": "log_mode=fail_if_exists never replaces a log: move it away, or use log_mode rotate or append",
     "user_missing": "create the user in the container or fix user",
     "lock_timeout": "another launch of this session is still running; retry when it is done "

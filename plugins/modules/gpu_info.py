@@ -165,6 +165,13 @@ blocking:
   returned: always
   type: list
   elements: dict
+container_checked:
+  description:
+    - Whether the module ran in the target. On a container of the C(trainops.pct_launch.pct) connection whose node
+      has no GPU (no C(nvidia-smi), or it lists none) and without O(gpus), the target is not asked (no C(pct exec)):
+      its RV(gpus), RV(device_files), RV(libraries) and RV(held) are empty.
+  returned: always
+  type: bool
 problems:
   description:
     - What a job asking for O(gpus) would lack on the target (device files, user-space driver libraries of the node's

@@ -249,6 +249,13 @@ options:
     type: list
     elements: str
     default: []
+  min_free_mb:
+    description:
+      - Free space, in MiB, the filesystem of O(log_path) needs before a start; less fails the task and starts nothing
+        (error C(log_dir_full)). V(0) does not check. A running job is never refused for it.
+      - Not part of the job spec.
+    type: int
+    default: 0
   nvidia_smi:
     description:
       - The C(nvidia-smi) program on the target that lists its GPUs for O(gpus), a name looked up in C(PATH) and
@@ -444,6 +451,7 @@ ARGUMENT_SPEC = dict(
     gpus=dict(type="raw"),
     gpu_exclude=dict(type="list", elements="str", default=[]),
     nvidia_smi=dict(type="str", default="nvidia-smi"),
+    min_free_mb=dict(type="int", default=0),
     **SUPERVISE_SPEC,
 )
 

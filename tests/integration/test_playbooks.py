@@ -202,6 +202,11 @@ def test_healthy_launch(containers: Containers, ct: int, healthy: Run) -> None:
     assert f"{HEALTHY_SESSION} in CT {ct}: started, pane_pid {launch['pane_pid']}, log {HEALTHY_LOG}" in report
 
 
+def healthy_prepare_needs(run: Run, host: str) -> list[str]:
+    """What prepare_info found missing in the first launch."""
+    return list(run.result("Find out what the container lacks for the job", host)["needs"])
+
+
 # 2. The same launch again changes nothing.
 def test_rerun_changes_nothing(containers: Containers, ct: int, running: Run) -> None:
     host = f"ct{ct}"
@@ -215,6 +220,12 @@ def test_rerun_changes_nothing(containers: Containers, ct: int, running: Run) ->
     assert not any(task["hosts"] for task in again.tasks(HANDLER)), "nothing was started: nothing to prove"
     assert "already running" in again.result("Report the job", host)["msg"]
     assert not containers.exists(ct, HEALTHY_LOG + ".1")
+    # prepared already: one module run found nothing to do, so no role ran (issue: launch at the floor)
+    prepared = again.result("Find out what the container lacks for the job", host)
+    assert prepared["status"] == "ok" and prepared["prepared"] is True and prepared["needs"] == [], prepared
+    for task in ("Install tmux in the container", "Create the job's venv and install its requirements", "Create the job's working directory"):
+        assert again.result(task, host)["status"] == "skipped", task
+    assert healthy_prepare_needs(running, host), "the first launch found the fresh container lacking everything"
 
 
 # 7. status, stop and logs on the healthy job.
@@ -377,14 +388,15 @@ def test_preflight_stopped_container(containers: Containers, stopped_ct: int) ->
     host = f"ct{vmid}"
     run = containers.run("playbooks/launch.yml", vmid)
     assert run.rc != 0, run.output
-    failed = run.result("Measure the free space where the log will be written", host)
+    # the preflight asks the node only (it has no GPU: no pct call); the first pct exec, prepare.yml's, says it
+    failed = run.result("Find out what the container lacks for the job", host)
     assert failed["status"] == "unreachable", failed
     assert f"container {vmid}" in failed["msg"] and "the container is not running; start it with" in failed["msg"], failed["msg"]
     assert f"pct start {vmid}" in failed["msg"] and f"pct start {vmid}" in run.proc.stdout
-    assert run.hosts_of_play("Prepare containers for a training job") == set()
     assert run.hosts_of_play("Launch the job and prove it started") == set()
-    preflight = [task for play in run.results["plays"] for task in play["tasks"] if host in task["hosts"]]
-    assert [task["name"] for task in preflight][-1] == "Measure the free space where the log will be written", preflight
+    tasks = [task["name"] for play in run.results["plays"] for task in play["tasks"] if host in task["hosts"]]
+    assert tasks[-1] == "Find out what the container lacks for the job", tasks
+    assert run.result("Ask the node which processes hold the GPUs the container can open", host)["container_checked"] is False
     assert containers.node.pct("status", vmid).stdout == b"status: stopped\n"
 
 

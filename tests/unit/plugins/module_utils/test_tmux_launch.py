@@ -119,7 +119,7 @@ def test_a_spec_is_for_the_host_the_module_runs_on() -> None:
     """The vmid path is gone: a spec has no container, and no option names one."""
     fields = {field.name for field in dataclasses.fields(L.LaunchSpec)}
     assert fields == {"session_name", "state", "command", "argv", "chdir", "env", "venv", "user", "log_path", "log_mode", "log_keep",
-                      "stop_signal", "stop_timeout", "run_root", "supervise", "gpus", "gpu_exclude", "nvidia_smi"}
+                      "stop_signal", "stop_timeout", "run_root", "supervise", "gpus", "gpu_exclude", "nvidia_smi", "min_free_mb"}
     assert not {"vmid", "pct_path", "timeout"} & fields
     assert "vmid" not in json.dumps(L.spec_summary(spec()))
 

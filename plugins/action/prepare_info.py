@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin of ``trainops.pct_launch.prepare_info``: what only the controller knows, sent to the module.
+
+The requirements file is read on the controller (as the venv role copies it from there), and each job file's
+source is found like ``ansible.builtin.copy`` finds it (the play's ``files/`` folders, then the path as given)
+and its SHA-1 checksum computed, the one ``copy`` compares. A source that cannot be found gets no checksum:
+the module then reports the file as one to copy, and ``copy`` reports why it cannot.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+from ansible.utils.hashing import checksum
+
+MODULE_NAME = "trainops.pct_launch.prepare_info"
+
+
+class ActionModule(ActionBase):
+    """Read the controller's files, then run the module."""
+
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        """The module's report, for the sources on the controller."""
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        source = args.get("venv_requirements_file")
+        if source:
+            try:
+                with open(self._find_needle("files", source), "rb") as handle:
+                    args["venv_requirements_text"] = to_text(handle.read(), errors="surrogate_or_replace")
+            except (AnsibleError, OSError):
+                args["venv_requirements_text"] = "-r cannot-read-on-the-controller"  # not judged: the venv role says why
+        args["files"] = [self._with_checksum(item) for item in args.get("files") or []]
+        result.update(self._execute_module(module_name=MODULE_NAME, module_args=args, task_vars=task_vars or {}))
+        return result
+
+    def _with_checksum(self, item: t.Any) -> t.Any:
+        if not isinstance(item, dict) or not item.get("src"):
+            return item
+        try:
+            return dict(item, checksum=checksum(self._find_needle("files", str(item["src"]))))
+        except AnsibleError:
+            return dict(item, checksum=None)

@@ -1,0 +1,163 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: prepare_info
+short_description: Find out in one run what a container still needs for a job (tmux, the venv, the working directory, the files)
+version_added: 0.1.0
+author:
+  - trainops contributors (!UNKNOWN)
+description:
+  - Reports whether the target already has what C(playbooks/prepare.yml) would give it, so that the playbook runs the
+    roles and tasks only for what is missing. A re-launch into a prepared container costs one C(pct exec) for the
+    whole prepare step instead of one per task of the roles.
+  - Each check says V(true) only when it is sure from the state itself, never from a record of an earlier run -
+    C(tmux -V) is O(tmux_min_version) or newer; the venv at O(venv_path) exists, its C(pyvenv.cfg) says
+    C(include-system-site-packages) as O(venv_site_packages) asks, and the distributions installed in it meet every
+    requirement; O(workdir) is a directory of mode C(0755); each file of O(files) has the SHA-1 checksum of its source
+    on the controller and its mode.
+  - A requirement it cannot judge (an environment marker, a URL, a pre-release or local version, a pip option line)
+    counts as not met, so the venv role runs and pip decides, as without this module.
+  - It only reads.
+extends_documentation_fragment:
+  - trainops.pct_launch.on_target
+options:
+  tmux_min_version:
+    description: The oldest tmux that will do, as tmux prints versions (V(3.0), V(3.2a)).
+    type: str
+    default: "3.0"
+  venv_path:
+    description: Absolute path of the job's venv; not checked when not set.
+    type: str
+  venv_requirements:
+    description: Requirements the venv must meet, one requirement specifier each (V(numpy>=1.26)).
+    type: list
+    elements: str
+    default: []
+  venv_requirements_file:
+    description:
+      - A requirements file on the controller (as the venv role's C(venv_requirements_file)), whose lines the venv must meet.
+      - The action plugin reads it on the controller and sends its text as O(venv_requirements_text).
+    type: path
+  venv_requirements_text:
+    description: The text of a requirements file the venv must meet (filled from O(venv_requirements_file) by the action).
+    type: str
+  venv_site_packages:
+    description: Whether the venv must see the system's site-packages (the venv role's C(venv_site_packages)).
+    type: bool
+    default: false
+  workdir:
+    description: The job's working directory, which must exist with mode C(0755); not checked when not set.
+    type: str
+  files:
+    description:
+      - The job's files as C(playbooks/prepare.yml) copies them (C(job_files)), each with C(src) on the controller, C(dest)
+        on the target and C(mode) (default V(0644)). The action plugin adds each source's C(checksum).
+    type: list
+    elements: dict
+    default: []
+attributes:
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+    details:
+      - The action reads O(venv_requirements_file) and computes the checksums of the sources of O(files) on the controller.
+  check_mode:
+    description: Can run in check mode; it only reads, so it reports in check mode too.
+    support: full
+  diff_mode:
+    description: Returns details on what has changed in diff mode.
+    support: none
+  idempotent:
+    description: Running the task again changes nothing.
+    support: full
+seealso:
+  - role: trainops.pct_launch.tmux
+  - role: trainops.pct_launch.venv
+"""
+
+EXAMPLES = r"""
+- name: Find out what the container lacks for the job
+  trainops.pct_launch.prepare_info:
+    venv_path: /opt/train/venv
+    venv_requirements: [numpy]
+    workdir: /workspace
+    files:
+      - {src: train.py, dest: /workspace/train.py, mode: "0644"}
+  register: prepared
+
+- name: Install tmux only where it is missing
+  ansible.builtin.include_role:
+    name: trainops.pct_launch.tmux
+  when: not prepared.tmux.ok
+"""
+
+RETURN = r"""
+prepared:
+  description: Whether nothing needs doing.
+  returned: always
+  type: bool
+needs:
+  description: What needs doing, one sentence each (empty when RV(prepared)).
+  returned: always
+  type: list
+  elements: str
+tmux:
+  description: C(ok), C(version) (null when not installed) and C(reason) (empty when ok).
+  returned: always
+  type: dict
+venv:
+  description: C(ok) (true without O(venv_path)) and C(reason).
+  returned: always
+  type: dict
+workdir:
+  description: C(ok) (true without O(workdir)) and C(reason).
+  returned: always
+  type: dict
+files_to_copy:
+  description: The C(dest) of each file of O(files) that must be copied (missing, another checksum or mode).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import directory_state, file_differs, tmux_state, venv_state
+
+ARGUMENT_SPEC = dict(
+    tmux_min_version=dict(type="str", default="3.0"),
+    venv_path=dict(type="str"),
+    venv_requirements=dict(type="list", elements="str", default=[]),
+    venv_requirements_file=dict(type="path"),
+    venv_requirements_text=dict(type="str"),
+    venv_site_packages=dict(type="bool", default=False),
+    workdir=dict(type="str"),
+    files=dict(type="list", elements="dict", default=[]),
+)
+
+
+def main() -> None:
+    """Check what the job needs on this host (it only reads)."""
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    ok = {"ok": True, "reason": ""}
+    result = {
+        "tmux": tmux_state(params["tmux_min_version"]),
+        "venv": venv_state(params["venv_path"], params["venv_requirements"], params["venv_requirements_text"],
+                           params["venv_site_packages"]) if params["venv_path"] else ok,
+        "workdir": directory_state(params["workdir"]) if params["workdir"] else ok,
+        "files_to_copy": [str(item.get("dest")) for item in params["files"]
+                          if file_differs(str(item.get("dest")), item.get("checksum"), str(item.get("mode") or "0644"))],
+    }
+    needs = [result[key]["reason"] for key in ("tmux", "venv", "workdir") if not result[key]["ok"]]
+    needs += [f"copy {dest}" for dest in result["files_to_copy"]]
+    module.exit_json(changed=False, prepared=not needs, needs=needs, **result)
+
+
+if __name__ == "__main__":
+    main()
