@@ -509,8 +509,10 @@ def test_all_or_nothing_launches_nothing_after_a_preflight_failure(fleet: Fleet)
     run = fleet.launch("fleet-pre", job_all_or_nothing=True, job_hosts="fleet_with_stopped", fleet_script="job.py")
     assert run.rc != 0, run.output
     stopped = f"ct{STOPPED}"
-    assert run.result("Check that the container exists on its node and runs", stopped)["status"] == "failed"
-    assert run.line(stopped) == f"{stopped} (CT {STOPPED} on localhost): failed: preflight.yml failed on it before the launch (its error is shown above)"
+    # its first pct exec (prepare.yml's: the preflight asks only the node, which has no GPU) says it is not running
+    failed = run.result("Find out what the container lacks for the job", stopped)
+    assert failed["status"] == "unreachable" and "the container is not running; start it with" in failed["msg"], failed
+    assert run.line(stopped) == f"{stopped} (CT {STOPPED} on localhost): failed: prepare.yml failed on it before the launch (its error is shown above)"
     for vmid in FLEET:
         host = f"ct{vmid}"
         assert run.result(LAUNCH, host)["status"] == "skipped"
