@@ -78,7 +78,7 @@ class ActionModule(ActionBase):
         if node is not None and request is None and not node.get("gpus") and not node.get("error"):
             # a node without GPUs has none to give its containers: nothing to look at in there (no pct call)
             return dict(result, changed=False, container_checked=False, node=node, busy=[], busy_uuids=[], blocking=[], problems=[],
-                        **{key: value for key, value in NO_GPU.items()})
+                        **NO_GPU)
         host = self._execute_module(module_name=MODULE_NAME, module_args=args, task_vars=task_vars)
         if not module_answered(host):
             where = f"container {vmid}" if vmid is not None else f"host {task_vars.get('inventory_hostname')}"

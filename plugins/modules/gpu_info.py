@@ -168,8 +168,8 @@ blocking:
 container_checked:
   description:
     - Whether the module ran in the target. On a container of the C(trainops.pct_launch.pct) connection whose node
-      has no GPU (no C(nvidia-smi), or it lists none) and without O(gpus), the target is not asked (no C(pct exec)):
-      its RV(gpus), RV(device_files), RV(libraries) and RV(held) are empty.
+      has no GPU (no C(nvidia-smi), or it lists none) and without O(gpus), the target is not asked (no C(pct exec)),
+      and its RV(gpus), RV(device_files), RV(libraries) and RV(held) are empty.
   returned: always
   type: bool
 problems:

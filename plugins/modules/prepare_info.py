@@ -76,8 +76,11 @@ attributes:
     description: Running the task again changes nothing.
     support: full
 seealso:
-  - role: trainops.pct_launch.tmux
-  - role: trainops.pct_launch.venv
+  - module: trainops.pct_launch.tmux_session
+  - module: trainops.pct_launch.gpu_info
+notes:
+  - C(playbooks/prepare.yml) runs the roles C(trainops.pct_launch.tmux) and C(trainops.pct_launch.venv) only when this
+    module finds their work missing.
 """
 
 EXAMPLES = r"""

@@ -239,8 +239,8 @@ def test_become_runs_pct_as_root_through_sudo(user_node: UserNode, remote_ct: in
                          for line in execs), execs
 
 
-def test_a_launch_through_a_login_that_may_run_only_pct_under_sudo(user_node: UserNode, remote_nodes: RemoteNodes, remote_ct: int,
-                                                                 become_user: BecomeUser, tmp_path: Path) -> None:
+def test_a_launch_through_a_login_that_may_run_only_pct_under_sudo(
+        user_node: UserNode, remote_nodes: RemoteNodes, remote_ct: int, become_user: BecomeUser, tmp_path: Path) -> None:
     """launch.yml (preflight, launch, proof), status.yml and stop.yml as ``USER`` with pct_node_become: the job runs in the container."""
     out = remote_nodes["pve-a"].sh(remote_ct, INSTALL_TMUX, check=False, timeout=600)
     assert out.returncode == 0, out.stderr.decode(errors="replace")

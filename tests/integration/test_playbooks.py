@@ -359,7 +359,10 @@ def test_launch_by_fqcn(containers: Containers, ct: int, healthy: Run) -> None:
     run = containers.run("trainops.pct_launch.launch", ct, job("fqcn", "python3 /workspace/train.py --steps 50 --sleep 0.2"))
     assert run.rc == 0, run.output
     assert run.result(LAUNCH, host)["status"] == "changed" and run.result(HANDLER, host)["verdict"] == "started"
-    assert run.result("Copy the job's files into the container", host)["status"] == "ok"  # playbook_dir resolves in the collection
+    # playbook_dir resolves in the collection: prepare_info found the source of job_files there (its checksum is the one
+    # the container's copy has, so nothing is copied again); an unresolved source would be reported as a file to copy
+    assert run.result("Find out what the container lacks for the job", host)["files_to_copy"] == []
+    assert run.result("Copy the job's files into the container", host)["status"] == "skipped"
     assert containers.read(ct, "/workspace/fqcn.log").decode().startswith(f"{HEADER}session=fqcn ")
 
 
