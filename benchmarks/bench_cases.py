@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""The measurements: pct calls, launch-to-verified wall time, detection latency, fan-out, overheads.
+"""The measurements on one container: pct calls, launch-to-verified wall time, where the time goes, detection latency.
 
 Each function runs its commands on the stand-in nodes and returns table rows. Figures are ratios
 and counts measured in the same run, printed with their raw numbers; nothing here asserts on time.
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from bench_env import LAUNCH_SHIPPED, MAIN_NODE, MAIN_VMID, NO_PERSIST, NODE_VMIDS, SHIPPED, TUNED, Context, Run, median
-from bench_setup import JOB_FILE, log
+from bench_env import FRESH_VMID, MAIN_NODE, MAIN_VMID, NODE_VMIDS, PERSIST, PIPELINING_OFF, SHIPPED, Context, Run, median
+from bench_setup import JOB_FILE, log, run_on_nodes
 
 PATTERN_PY = r"^step \d+ loss"
 PATTERN_ERE = "^step [0-9]+ loss"
@@ -77,11 +77,13 @@ def baseline_job(name: str) -> dict[str, str]:
 
 
 def stop_sessions(ctx: Context, name: str, hosts: Sequence[tuple[int, str]]) -> None:
-    """End session NAME in these containers, so that the next launch starts it again (not counted)."""
-    for node_name, node in ctx.nodes.items():
+    """End session NAME in these containers, so that the next launch starts it again (not counted; all at once)."""
+    scripts = {}
+    for node_name in ctx.nodes:
         vmids = " ".join(str(vmid) for vmid, where in hosts if where == node_name)
         if vmids:
-            node.ssh(f"for v in {vmids}; do pct exec $v -- tmux kill-session -t ={shlex.quote(name)} 2>/dev/null; done; true")
+            scripts[node_name] = f"for v in {vmids}; do pct exec $v -- tmux kill-session -t ={shlex.quote(name)} 2>/dev/null & done; wait; true"
+    run_on_nodes(ctx, scripts, f"ending the sessions {name}")
 
 
 def checked(run: Run, expect_rc: int = 0) -> Run:
@@ -104,15 +106,59 @@ def play_label(name: str) -> str:
     return name
 
 
-def calls_by_play(run: Run) -> str:
-    """pct calls of a launch.yml run, attributed to the play that was running."""
-    plays = [(float(str(e["time"])), play_label(str(e["play"]))) for e in run.events if e["event"] == "play_start"]
+def per_host(count: float, hosts: int) -> str:
+    """COUNT per host: ``2``, or ``1.4`` when the hosts differ."""
+    value = count / max(hosts, 1)
+    return f"{value:g}" if value == int(value) else f"{value:.1f}"
+
+
+def play_starts(run: Run) -> list[tuple[float, str]]:
+    """The plays of a run: start time and short label."""
+    return [(float(str(e["time"])), play_label(str(e["play"]))) for e in run.events if e["event"] == "play_start"]
+
+
+def play_of(plays: Sequence[tuple[float, str]], when: float) -> int:
+    """Index of the play that was running at WHEN (0 before the first)."""
+    return max(sum(1 for start, dummy in plays if start <= when) - 1, 0)
+
+
+def play_calls(run: Run) -> dict[str, int]:
+    """pct calls of a launch.yml run by the play that was running (plays with none included)."""
+    plays = play_starts(run)
     counts = [0] * max(len(plays), 1)
     for call in run.calls:
-        index = sum(1 for start, dummy in plays if start <= float(str(call["time"]))) - 1
-        counts[max(index, 0)] += 1
-    names = [label for dummy, label in plays] or ["(no play)"]
-    return " + ".join(f"{count} {name}" for name, count in zip(names, counts) if count)
+        counts[play_of(plays, float(str(call["time"])))] += 1
+    result: dict[str, int] = {}
+    for (dummy, label), count in zip(plays or [(0.0, "(no play)")], counts):
+        result[label] = result.get(label, 0) + count
+    return result
+
+
+def calls_by_play(run: Run) -> str:
+    """pct calls of a launch.yml run by play, per container: ``1 preflight + 1 prepare + 2 launch``."""
+    return " + ".join(f"{per_host(count, run.hosts)} {label}" for label, count in play_calls(run).items() if count) or "none"
+
+
+def changed_by_play(run: Run) -> dict[str, int]:
+    """Task results that changed something, by play (every play of the run listed)."""
+    plays = play_starts(run)
+    result = {label: 0 for dummy, label in plays}
+    for event in run.events:
+        if event["event"] == "host_end" and event.get("changed"):
+            label = plays[play_of(plays, float(str(event["time"])))][1] if plays else "(no play)"
+            result[label] = result.get(label, 0) + 1
+    return result
+
+
+def play_times(run: Run) -> dict[str, float]:
+    """Wall seconds of each play (the last one until the recap)."""
+    plays = play_starts(run)
+    end = run.event_time("stats") or run.ended
+    result: dict[str, float] = {}
+    for index, (start, label) in enumerate(plays):
+        until = plays[index + 1][0] if index + 1 < len(plays) else end
+        result[label] = result.get(label, 0.0) + until - start
+    return result
 
 
 def call_kind(argv: Sequence[str]) -> str:
@@ -167,53 +213,70 @@ def calls_per_task(run: Run) -> dict[str, int]:
 
 
 def calls_by_task(run: Run) -> str:
-    """pct calls by task, as ``1 tmux_session + 1 wait_for_log``."""
-    return " + ".join(f"{count} {task}" for task, count in calls_per_task(run).items()) or "none"
+    """pct calls by task, per container, as ``1 tmux_session + 1 wait_for_log``."""
+    return " + ".join(f"{per_host(count, run.hosts)} {task}" for task, count in calls_per_task(run).items()) or "none"
 
 
 def launch_runs(ctx: Context, delay: float, whole: bool = True) -> dict[str, list[Run]]:
-    """Baseline and launch-only (interleaved, ctx.repeat each), the re-run, and (whole) launch.yml per configuration.
+    """Baseline and launch-only (interleaved), launch-only's re-run, and (whole) launch.yml re-launched into CT 400.
 
-    launch_only.yml runs as shipped: the pct connection's defaults, pipelining on.
+    A re-launch: the container is prepared (the warm-up ran launch.yml there, so the roles find nothing to do),
+    the job's session is ended first, and launch.yml runs with job_prepare at its default, as shipped. At delay 0
+    also an idempotent re-run (the job runs); at 0.5 s also a re-launch with ControlPersist (masters open).
     """
     ctx.set_delay(delay)
     job, base, tag = job_vars(ctx, "bench", JOB_COMMAND), baseline_job("base"), f"delay {delay:g}"
     runs: dict[str, list[Run]] = {"baseline": [], "launch-only": []}
     # The comparison at delay 0 gets every repetition; at 0.5 s the difference is larger than the noise.
-    for index in range(ctx.repeat if delay == 0 else min(ctx.repeat, 2)):
+    repeat = ctx.repeat if delay == 0 else min(ctx.repeat, 2)
+    for index in range(repeat):
         stop_sessions(ctx, "base", MAIN)
         runs["baseline"].append(checked(ctx.baseline(f"baseline {tag} #{index + 1}", MAIN_VMID, MAIN_NODE, base)))
         stop_sessions(ctx, "bench", MAIN)
-        runs["launch-only"].append(checked(ctx.playbook(f"launch-only {tag} #{index + 1}", LAUNCH_ONLY, MAIN, LAUNCH_SHIPPED, job)))
-    runs["launch-only re-run"] = [checked(ctx.playbook(f"launch-only re-run {tag}", LAUNCH_ONLY, MAIN, LAUNCH_SHIPPED, job))]
-    if not whole:
-        return runs
-    for config in [SHIPPED, TUNED]:
-        stop_sessions(ctx, "bench", MAIN)
-        runs[f"launch.yml {config.name}"] = [checked(ctx.playbook(f"launch.yml {config.name} {tag}", LAUNCH, MAIN, config, job))]
-    if delay == 0:
-        # After the TUNED run: the job runs. Pipelining makes the count 1 per module task.
-        runs["launch.yml re-run"] = [checked(ctx.playbook(f"launch.yml re-run {tag}", LAUNCH, MAIN, TUNED, job))]
+        runs["launch-only"].append(checked(ctx.playbook(f"launch-only {tag} #{index + 1}", LAUNCH_ONLY, MAIN, SHIPPED, job)))
+    runs["launch-only re-run"] = [checked(ctx.playbook(f"launch-only re-run {tag}", LAUNCH_ONLY, MAIN, SHIPPED, job))]
+    if whole:
+        runs["launch.yml re-launch"] = []
+        for index in range(1 if delay == 0 else repeat):
+            stop_sessions(ctx, "bench", MAIN)
+            runs["launch.yml re-launch"].append(checked(ctx.playbook(f"launch.yml re-launch {tag} #{index + 1}", LAUNCH, MAIN, SHIPPED, job)))
+        if delay == 0:
+            runs["launch.yml re-run"] = [checked(ctx.playbook(f"launch.yml idempotent re-run {tag}", LAUNCH, MAIN, SHIPPED, job))]
+        else:
+            stop_sessions(ctx, "bench", MAIN)
+            runs["launch.yml re-launch, ControlPersist"] = [
+                checked(ctx.playbook(f"launch.yml re-launch ControlPersist {tag}", LAUNCH, MAIN, PERSIST, job, warm=True))]
+    stop_sessions(ctx, "bench", MAIN)
+    ctx.facts[f"single {delay:g}"] = runs
     return runs
 
 
+def prepare_changes(run: Run) -> str:
+    """How many task results of the prepare play changed something (0: a re-launch into a prepared container)."""
+    changed = changed_by_play(run).get("prepare")
+    return "" if changed is None else f"; prepare changed {changed} task result{'s' if changed != 1 else ''}"
+
+
 def count_rows(runs: dict[str, list[Run]]) -> list[Row]:
-    """pct calls per run (delay 0), from the nodes' call logs; launch_only.yml's also by task (rows of runs made only)."""
-    section = "pct calls (call log of the nodes)"
+    """pct calls per run (delay 0), from the nodes' call logs, by task and (launch.yml) by play."""
+    section = "pct calls (call log of the nodes), one container"
     lines = [
         ("launch + verify: tmux_session + wait_for_log (benchmarks/launch_only.yml); expected 2", "launch-only", "task"),
         ("idempotent re-run of launch_only.yml (job running: no launch, no wait); expected 1", "launch-only re-run", "task"),
         ("hand-written benchmarks/baseline_launch.sh", "baseline", ""),
-        (f"whole playbooks/launch.yml, {SHIPPED.name}", f"launch.yml {SHIPPED.name}", "play"),
-        (f"whole launch.yml, idempotent re-run, with {TUNED.name}", "launch.yml re-run", "play"),
-        (f"whole launch.yml with {TUNED.name}", f"launch.yml {TUNED.name}", "play"),
+        (f"whole playbooks/launch.yml, re-launch into a prepared container, {SHIPPED.name}", "launch.yml re-launch", "play"),
+        (f"whole launch.yml, idempotent re-run (the job runs), {SHIPPED.name}", "launch.yml re-run", "play"),
     ]
     rows = []
     for measure, key, by in lines:
         if key not in runs:
             continue
         run = runs[key][-1]
-        raw = call_kinds(run) + {"task": f"; by task: {calls_by_task(run)}", "play": f"; by play: {calls_by_play(run)}", "": ""}[by]
+        raw = call_kinds(run)
+        if by:
+            raw += f"; by task: {calls_by_task(run)}"
+        if by == "play":
+            raw += f"; by play: {calls_by_play(run)}{prepare_changes(run)}"
         rows.append(Row(section, measure, f"{len(run.calls)}{status(run)}", raw))
     return rows
 
@@ -222,24 +285,42 @@ def wall_rows(runs: dict[str, list[Run]], delay: float) -> list[Row]:
     """Launch-to-verified wall time of each variant against the baseline, as ratios with the raw times."""
     section = f"launch-to-verified wall time, stand-in delay {delay:g} s per pct call, CT 400 on pve-g over ssh"
     reference = median([run.seconds for run in runs["baseline"]])
-    rows = [Row(section, f"hand-written baseline_launch.sh (median of {len(runs['baseline'])})", seconds(reference),
+    rows = [Row(section, f"hand-written baseline_launch.sh (median of {len(runs['baseline'])}; cold: no ssh master)", seconds(reference),
                 raw_runs(runs["baseline"]))]
-    for key, what in [("launch-only", f"benchmarks/launch_only.yml, {LAUNCH_SHIPPED.name}"),
+    for key, what in [("launch-only", f"benchmarks/launch_only.yml, {SHIPPED.name}"),
                       ("launch-only re-run", "launch_only.yml, idempotent re-run"),
-                      (f"launch.yml {SHIPPED.name}", f"playbooks/launch.yml, {SHIPPED.name}"),
-                      (f"launch.yml {TUNED.name}", f"launch.yml with {TUNED.name}")]:
+                      ("launch.yml re-launch", f"whole playbooks/launch.yml, re-launch into a prepared container, {SHIPPED.name}"),
+                      ("launch.yml re-launch, ControlPersist", f"the same, {PERSIST.name} (masters open)")]:
         if key not in runs:
             continue
         walls = [run.seconds for run in runs[key]]
         warn = "".join(status(run) for run in runs[key])
-        rows.append(Row(section, f"{what} / baseline", ratio(median(walls), reference) + warn, raw_runs(runs[key])))
+        calls = f"; {len(runs[key][-1].calls)} pct calls" if key.startswith("launch.yml") else ""
+        rows.append(Row(section, f"{what} / baseline", ratio(median(walls), reference) + warn, raw_runs(runs[key]) + calls))
     return rows
+
+
+CONTROLLER_ACTIONS = {"assert", "debug", "set_fact", "include_vars", "fail", "meta", "include_role", "include_tasks",
+                      "import_tasks", "validate_argument_spec", "add_host", "group_by", "set_stats"}
+
+
+def task_kind(action: str, status_: str, delegated: bool, host: str = "") -> str:
+    """Where a task's time goes, from its module and where it ran."""
+    if status_ == "skipped":
+        return "skipped tasks (a worker per host all the same)"
+    if action in CONTROLLER_ACTIONS or host == "localhost":
+        return "controller-only tasks (set_fact, assert, ...)"
+    if action in ("gather_facts", "setup"):
+        return "fact gathering via the pct connection"
+    if action == "tmux_session":
+        return "launch: tmux_session"
+    if action == "wait_for_log":
+        return "proof: wait_for_log"
+    return "tasks delegated to the node (ssh)" if delegated else "other module tasks via the pct connection"
 
 
 def task_breakdown(run: Run) -> dict[str, tuple[float, int]]:
     """Seconds and task count of a one-host playbook run by where the time went."""
-    controller = {"assert", "debug", "set_fact", "include_vars", "fail", "meta", "include_role", "include_tasks",
-                  "import_tasks", "validate_argument_spec"}
     parts: dict[str, tuple[float, int]] = {}
     # A host runs one task at a time; host_end names role tasks without the role's prefix.
     open_tasks: dict[str, dict[str, object]] = {}
@@ -249,13 +330,7 @@ def task_breakdown(run: Run) -> dict[str, tuple[float, int]]:
             open_tasks[key] = event
         elif event["event"] == "host_end" and key in open_tasks:
             start = open_tasks.pop(key)
-            action = str(start["action"]).rsplit(".", 1)[-1]
-            if event["status"] == "skipped" or action in controller:
-                kind = "controller-only or skipped tasks"
-            elif action in ("gather_facts", "setup"):
-                kind = "fact gathering via the pct connection"
-            else:
-                kind = "tasks delegated to the node (ssh)" if start["delegated"] else "module tasks via the pct connection"
+            kind = task_kind(short_action(start["action"]), str(event["status"]), bool(start["delegated"]), key)
             spent, count = parts.get(kind, (0.0, 0))
             parts[kind] = (spent + float(str(event["time"])) - float(str(start["time"])), count + 1)
     first = run.event_time("playbook_start") or run.started
@@ -264,23 +339,66 @@ def task_breakdown(run: Run) -> dict[str, tuple[float, int]]:
     return parts
 
 
-def breakdown_rows(runs: dict[str, list[Run]]) -> list[Row]:
-    """Where launch.yml's wall time goes, as shipped and tuned (delay 0; when launch.yml ran), and launch_only.yml's."""
-    section = "where launch.yml's time goes (delay 0, one container)"
+def breakdown_rows(ctx: Context) -> list[Row]:
+    """Where launch.yml's wall time goes on one container, re-launch as shipped, at delay 0 and 0.5 s; and launch_only.yml's."""
+    section = "where launch.yml's time goes (re-launch as shipped, one container): delay 0 / delay 0.5 s"
+    singles = [ctx.facts.get(f"single {delay:g}") for delay in (0.0, 0.5)]
+    relaunches = [runs["launch.yml re-launch"][-1] for runs in singles if isinstance(runs, dict) and "launch.yml re-launch" in runs]
     rows = []
-    if f"launch.yml {SHIPPED.name}" in runs and f"launch.yml {TUNED.name}" in runs:
-        shipped, tuned = runs[f"launch.yml {SHIPPED.name}"][-1], runs[f"launch.yml {TUNED.name}"][-1]
-        left, right = task_breakdown(shipped), task_breakdown(tuned)
-        rows.append(Row(section, "wall time: as shipped / with pipelining + ControlPersist", f"{seconds(shipped.seconds)} / {seconds(tuned.seconds)}",
-                        f"{len(shipped.calls)} / {len(tuned.calls)} pct calls; controller CPU {shipped.cpu:.1f} / {tuned.cpu:.1f} s"))
-        for kind, (spent_left, count) in left.items():
-            spent_right = right.get(kind, (0.0, 0))[0]
-            share = f"{100 * spent_left / shipped.seconds:.0f} % / {100 * spent_right / tuned.seconds:.0f} %"
-            rows.append(Row(section, kind + (f" ({count} tasks)" if count else ""), f"{seconds(spent_left)} / {seconds(spent_right)}", share))
-    launch_only = sorted(runs["launch-only"], key=lambda run: run.seconds)[len(runs["launch-only"]) // 2]
-    parts = "; ".join(f"{kind} {spent:.2f} s" for kind, (spent, dummy) in task_breakdown(launch_only).items())
-    rows.append(Row(section, f"launch_only.yml, median run, {LAUNCH_SHIPPED.name}", seconds(launch_only.seconds), parts))
+    if relaunches:
+        parts = [task_breakdown(run) for run in relaunches]
+        rows.append(Row(section, "wall time", " / ".join(seconds(run.seconds) for run in relaunches),
+                        "pct calls " + " / ".join(str(len(run.calls)) for run in relaunches) + "; controller CPU "
+                        + " / ".join(f"{run.cpu:.1f}" for run in relaunches) + " s; by play: " + calls_by_play(relaunches[-1])))
+        kinds = list(dict.fromkeys(kind for part in parts for kind in part))
+        for kind in kinds:
+            counts = {part.get(kind, (0.0, 0))[1] for part in parts}
+            label = kind + (f" ({'/'.join(map(str, sorted(counts)))} tasks)" if max(counts) else "")
+            rows.append(Row(section, label, " / ".join(seconds(part.get(kind, (0.0, 0))[0]) for part in parts),
+                            " / ".join(f"{100 * part.get(kind, (0.0, 0))[0] / run.seconds:.0f} %" for part, run in zip(parts, relaunches))))
+    single = ctx.facts.get("single 0")
+    if isinstance(single, dict) and single.get("launch-only"):
+        launch_only = sorted(single["launch-only"], key=lambda run: run.seconds)[len(single["launch-only"]) // 2]
+        parts_text = "; ".join(f"{kind} {spent:.2f} s" for kind, (spent, dummy) in task_breakdown(launch_only).items())
+        rows.append(Row(section, f"launch_only.yml, median run at delay 0, {SHIPPED.name}", seconds(launch_only.seconds), parts_text))
     return rows
+
+
+def first_launch_rows(ctx: Context) -> list[Row]:
+    """A first launch into a container created just before (no tmux: apt installs it), delay 0.5 s, as shipped."""
+    section = "first launch into a fresh container (created just before: prepare.yml installs tmux with apt), delay 0.5 s"
+    ctx.set_delay(0.5)
+    hosts = [(FRESH_VMID, MAIN_NODE)]
+    ctx.main.ssh(f"pct destroy {FRESH_VMID} --force >/dev/null 2>&1; pct create {FRESH_VMID} --hostname bench{FRESH_VMID} --start 1")
+    try:
+        run = checked(ctx.playbook("first launch into a fresh container", LAUNCH, hosts, SHIPPED, job_vars(ctx, "fresh", JOB_COMMAND)))
+    finally:
+        ctx.main.ssh(f"pct destroy {FRESH_VMID} --force", check=False)
+    ctx.facts["fresh"] = run
+    single = ctx.facts.get("single 0.5")
+    baseline = median([r.seconds for r in single["baseline"]]) if isinstance(single, dict) and single.get("baseline") else 0.0
+    times = "; ".join(f"{name} {spent:.1f} s" for name, spent in play_times(run).items())
+    return [
+        Row(section, f"whole playbooks/launch.yml, {SHIPPED.name}: wall", seconds(run.seconds) + status(run),
+            f"by play: {times}; controller CPU {run.cpu:.1f} s" + (f"; {ratio(run.seconds, baseline)} the baseline at delay 0.5" if baseline else "")),
+        Row(section, "pct calls", str(len(run.calls)), f"{call_kinds(run)}; by play: {calls_by_play(run)}; by task: {calls_by_task(run)}"),
+    ]
+
+
+def pipelining_off_rows(ctx: Context) -> list[Row]:
+    """launch.yml re-launched with pipelining off (ansible_pipelining: false), delay 0: the configuration before its default."""
+    section = "pct calls (call log of the nodes), one container"
+    ctx.set_delay(0)
+    job = job_vars(ctx, "bench", JOB_COMMAND)
+    stop_sessions(ctx, "bench", MAIN)
+    run = checked(ctx.playbook("launch.yml re-launch pipelining off", LAUNCH, MAIN, PIPELINING_OFF, job))
+    stop_sessions(ctx, "bench", MAIN)
+    ctx.facts["pipelining off"] = run
+    single = ctx.facts.get("single 0")
+    shipped = single["launch.yml re-launch"][-1] if isinstance(single, dict) and "launch.yml re-launch" in single else None
+    wall = f"wall {run.seconds:.2f} s" + (f" ({ratio(run.seconds, shipped.seconds)} as shipped's {shipped.seconds:.2f} s)" if shipped else "")
+    return [Row(section, f"whole launch.yml, re-launch, {PIPELINING_OFF.name}, delay 0", f"{len(run.calls)}{status(run)}",
+                f"{call_kinds(run)}; by play: {calls_by_play(run)}; {wall}")]
 
 
 def death_times(ctx: Context, name: str) -> tuple[float, float]:
@@ -300,7 +418,7 @@ def detection_rows(ctx: Context) -> list[Row]:
     job = job_vars(ctx, "die", DIE_COMMAND)
     own, exit_file, verdict, waited, whole = [], [], [], [], []
     for index in range(ctx.repeat):
-        run = checked(ctx.playbook(f"dies after 1 s #{index + 1}", LAUNCH_ONLY, MAIN, LAUNCH_SHIPPED, job), expect_rc=2)
+        run = checked(ctx.playbook(f"dies after 1 s #{index + 1}", LAUNCH_ONLY, MAIN, SHIPPED, job), expect_rc=2)
         died, ended = death_times(ctx, "die")
         play_end = run.event_time("stats") or run.ended
         failed = [float(str(e["time"])) for e in run.events if e["event"] == "host_end" and e["status"] == "failed"] or [play_end]
@@ -310,6 +428,7 @@ def detection_rows(ctx: Context) -> list[Row]:
         verdict.append(failed[-1] - died)
         waited.append(failed[-1] - began[-1])
         whole.append(run.seconds)
+    ctx.facts["detection"] = (median(own), median(exit_file))
     return [
         Row(section, "one container: job's own time of death → end of the failed play (median)", seconds(median(own)), raw_list(own)),
         Row(section, "ended_at in LOG.exit (whole seconds) → end of the failed play", seconds(median(exit_file)), raw_list(exit_file)),
@@ -334,8 +453,9 @@ def fleet_death_rows(ctx: Context) -> list[Row]:
     data.update(job_multinode=True, job_prepare=False, job_master_addr="127.0.0.1", job_stop_timeout=5)
     path.write_text(json.dumps(data), encoding="utf-8")
     own, whole = [], []
-    for index in range(ctx.repeat):
-        run = checked(ctx.playbook(f"4 ranks, one dies after 1 s #{index + 1}", LAUNCH, hosts, TUNED, path, forks=8), expect_rc=2)
+    # One run: the single-container figures above have the repetitions.
+    for index in range(1):
+        run = checked(ctx.playbook(f"4 ranks, one dies after 1 s #{index + 1}", LAUNCH, hosts, PERSIST, path, forks=8), expect_rc=2)
         died = None
         for vmid, node in hosts:
             text = ctx.nodes[node].ssh(f"pct exec {vmid} -- cat /bench/fleetdie.log").stdout.decode()
@@ -346,6 +466,7 @@ def fleet_death_rows(ctx: Context) -> list[Row]:
         own.append((run.event_time("stats") or run.ended) - died)
         whole.append(run.seconds)
     stop_sessions(ctx, "fleetdie", hosts)
+    ctx.facts["detection 4 ranks"] = median(own)
     return [
         Row(section, "4-rank job on 2 nodes (launch.yml), one rank dies 1 s after its start: its death → end of the failed play",
             seconds(median(own)), raw_list(own)),
@@ -358,51 +479,3 @@ def fanout_hosts(count: int) -> list[tuple[int, str]]:
     if count == 1:
         return list(MAIN)
     return [(vmid, node) for node, vmids in NODE_VMIDS.items() for vmid in vmids[:count // 2]]
-
-
-# With ControlPersist, the masters are open before the run, as launch.yml's preflight leaves them
-# for its launch play, or an earlier run within ControlPersist's 60 s.
-FANOUT_VARIANTS = (("without ControlPersist", NO_PERSIST, False), ("with ControlPersist (masters open)", TUNED, True))
-
-
-def fanout_runs(ctx: Context, counts: Sequence[int]) -> dict[str, list[Run]]:
-    """launch_only.yml on each count of containers, forks 32, the variants interleaved (the load drifts)."""
-    ctx.set_delay(0)
-    job = job_vars(ctx, "fan", JOB_COMMAND)
-    runs: dict[str, list[Run]] = {label: [] for label, dummy, dummy_warm in FANOUT_VARIANTS}
-    for count in counts:
-        hosts = fanout_hosts(count)
-        for label, config, warm in FANOUT_VARIANTS:
-            stop_sessions(ctx, "fan", hosts)
-            run = ctx.playbook(f"fan-out {count} {label}", LAUNCH_ONLY, hosts, config, job, forks=32, warm=warm)
-            runs[label].append(checked(run))
-    ctx.close_masters()
-    stop_sessions(ctx, "fan", fanout_hosts(max(counts)))
-    return runs
-
-
-def fanout_rows(ctx: Context, counts: Sequence[int]) -> list[Row]:
-    """Wall time on 1, 8 and 32 containers across both nodes, cost per added container, with and without ControlPersist."""
-    section = "fan-out: launch_only.yml, forks 32, containers split over pve-g and pve-h (delay 0)"
-    runs = fanout_runs(ctx, counts)
-    rows = []
-    for label, variant_runs in runs.items():
-        walls = [run.seconds for run in variant_runs]
-        calls = " / ".join(f"{len(run.calls)}{status(run)}" for run in variant_runs)
-        cpu = " / ".join(f"{run.cpu:.1f}" for run in variant_runs)
-        rows.append(Row(section, f"{' / '.join(map(str, counts))} containers, {label}: wall", " / ".join(seconds(wall) for wall in walls),
-                        f"pct calls {calls} (at {counts[-1]}: {calls_by_task(variant_runs[-1])}); controller CPU {cpu} s"))
-        for index in range(1, len(counts)):
-            added = counts[index] - counts[0]
-            rows.append(Row(section, f"cost per added container {counts[0]}→{counts[index]}, {label}", seconds((walls[index] - walls[0]) / added),
-                            f"({walls[index]:.2f} - {walls[0]:.2f}) / {added}"))
-        added = counts[-1] - counts[0]
-        if added > 0:
-            cpu_cost = (variant_runs[-1].cpu - variant_runs[0].cpu) / added
-            rows.append(Row(section, f"controller CPU per added container {counts[0]}→{counts[-1]}, {label}", seconds(cpu_cost),
-                            f"({variant_runs[-1].cpu:.1f} - {variant_runs[0].cpu:.1f}) / {added}"))
-    reference = runs[FANOUT_VARIANTS[0][0]][-1].seconds
-    for label, dummy, dummy_warm in FANOUT_VARIANTS[1:]:
-        wall = runs[label][-1].seconds
-        rows.append(Row(section, f"{counts[-1]} containers: {label} / without", ratio(wall, reference), f"{wall:.2f} / {reference:.2f} s"))
-    return rows

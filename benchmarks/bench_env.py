@@ -15,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import resource
 import shlex
 import statistics
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +36,12 @@ NODE_ADDRESSES = {"pve-g": "127.0.0.17", "pve-h": "127.0.0.18"}
 NODE_VMIDS = {"pve-g": list(range(400, 416)), "pve-h": list(range(450, 466))}
 MAIN_NODE = "pve-g"
 MAIN_VMID = 400
+# A container created on pve-g just before the first launch into it, and destroyed after.
+FRESH_VMID = 499
+ALL_VMIDS = [vmid for vmids in NODE_VMIDS.values() for vmid in vmids] + [FRESH_VMID]
 ANSIBLE_TIMEOUT = 900
+PARALLEL_LAUNCH = BENCH / "parallel_launch.sh"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,15 +54,15 @@ class Config:
     ssh_persist: bool  # ControlPersist for tasks delegated to the node (Ansible's ssh default: on)
 
 
-# The shipped playbooks with the inventory the README shows and Ansible's defaults, pipelining off:
-# the configuration of the runs before the pct connection pipelined by default (read it as "pipelining off").
-SHIPPED = Config("as shipped (Ansible defaults)", pipelining=False, pct_persist=False, ssh_persist=True)
-# launch_only.yml as shipped now: the pct connection's own defaults (pipelining on, one ssh per command).
-# Its modules run on the containers, so without pipelining a module task would cost 4 to 6 pct exec.
-LAUNCH_SHIPPED = Config("as shipped (pct connection defaults: pipelining on)", pipelining=None, pct_persist=False, ssh_persist=True)
-PIPELINED = Config("pipelining", pipelining=True, pct_persist=False, ssh_persist=True)
-TUNED = Config("pipelining + ControlPersist", pipelining=True, pct_persist=True, ssh_persist=True)
-NO_PERSIST = Config("no ControlPersist", pipelining=True, pct_persist=False, ssh_persist=False)
+# As shipped: the shipped playbooks with the inventory the READMEs show and the pct connection's defaults:
+# pipelining on (ANSIBLE_PIPELINING unset), one ssh connection per pct call (no ControlPersist in
+# pct_ssh_args), Ansible's own ssh connection with its default ControlPersist for tasks delegated to a node.
+SHIPPED = Config("as shipped", pipelining=None, pct_persist=False, ssh_persist=True)
+# The same with ControlPersist in pct_ssh_args (one ControlPath per node, shared by both connections), as the
+# commented lines of examples/remote/inventory.yml show; the runs that use it open the masters first.
+PERSIST = Config("as shipped + ControlPersist for the pct connection", pipelining=None, pct_persist=True, ssh_persist=True)
+# Pipelining off: the configuration of the runs before the pct connection pipelined by default.
+PIPELINING_OFF = Config("pipelining off (ansible_pipelining: false)", pipelining=False, pct_persist=False, ssh_persist=True)
 
 
 @dataclasses.dataclass
@@ -105,22 +112,94 @@ class Node:
 
 
 @dataclasses.dataclass
-class Run:
-    """One timed command: wall seconds, exit status, pct calls, callback events."""
+class Run:  # pylint: disable=too-many-instance-attributes
+    """One timed command: wall seconds, controller CPU and memory, exit status, pct calls, callback events."""
 
     label: str
     seconds: float
-    cpu: float  # user + system seconds of the command and its descendants (on this host, sshd's side excluded)
+    cpu: float  # user + system seconds of the command, its descendants and the ssh masters (sshd's side excluded)
     rc: int
     started: float
     ended: float
     calls: list[dict[str, object]]
     events: list[dict[str, object]]
+    hosts: int = 1  # containers the command launched into
+    peak_pss: float = 0.0  # MiB: the largest sum of Pss over the command's process tree (0: not sampled)
+    peak_rss: float = 0.0  # MiB: the largest Rss of the command's own process (ansible-playbook's main process)
+    peak_procs: int = 0  # the largest number of processes in its tree
 
     def event_time(self, event: str) -> float | None:
         """Time of the last callback event of this kind."""
         times = [float(str(e["time"])) for e in self.events if e["event"] == event]
         return times[-1] if times else None
+
+
+def proc_children() -> dict[int, list[int]]:
+    """Every process's children, from /proc/PID/stat."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def memory_kib(pid: int, field: str) -> int:
+    """A field of /proc/PID/smaps_rollup (Pss, Rss) in KiB; 0 once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="utf-8") as rollup:
+            for line in rollup:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class TreeSampler(threading.Thread):
+    """Samples the memory of a process tree every ``interval`` seconds: peak summed Pss, peak Rss of the root.
+
+    Pss shares each page among the processes that map it, so the forked workers that share
+    ansible-playbook's pages copy-on-write are not counted several times, as a sum of Rss would.
+    Its own CPU is the benchmark's, not the command's (it is not a child).
+    """
+
+    def __init__(self, pid: int, interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peak_pss = self.peak_rss = 0
+        self.peak_procs = 0
+        self.done = threading.Event()
+
+    def sample(self) -> None:
+        """One sample of the tree."""
+        children, tree, index = proc_children(), [self.pid], 0
+        while index < len(tree):
+            tree.extend(children.get(tree[index], []))
+            index += 1
+        self.peak_pss = max(self.peak_pss, sum(memory_kib(pid, "Pss") for pid in tree))
+        self.peak_rss = max(self.peak_rss, memory_kib(self.pid, "Rss"))
+        self.peak_procs = max(self.peak_procs, len(tree))
+
+    def run(self) -> None:
+        self.sample()
+        while not self.done.wait(self.interval):
+            self.sample()
+
+
+def process_cpu(pid: int) -> float:
+    """User + system seconds of one process so far (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def median(values: Sequence[float]) -> float:
@@ -138,7 +217,15 @@ class Context:
         self.nodes = {name: Node(name, address, ssh_config) for name, address in NODE_ADDRESSES.items()}
         self.control_path = str(workdir / "cp-%C")
         self.runs = 0
+        # Runs and figures the summary at the top of the table picks from the sections.
+        self.facts: dict[str, object] = {}
+        self.started = time.monotonic()
+        self.deadline = float("inf")  # optional measurements are skipped when they would end after it
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
+
+    def time_left(self) -> float:
+        """Seconds left before the deadline."""
+        return self.deadline - time.monotonic()
 
     @property
     def main(self) -> Node:
@@ -153,6 +240,17 @@ class Context:
     def persist_args(self) -> str:
         """ssh options that share one persistent connection per node (closed by close_masters)."""
         return f"-o ControlMaster=auto -o ControlPersist=60s -o ControlPath={self.control_path}"
+
+    def master_pids(self) -> list[int]:
+        """The pids of the persistent ssh connections that are open (ssh -O check)."""
+        pids = []
+        for node in self.nodes.values():
+            proc = subprocess.run(["ssh", "-F", self.ssh_config, "-o", f"ControlPath={self.control_path}", "-O", "check", node.name],
+                                  capture_output=True, text=True, check=False, timeout=30)
+            found = re.search(r"pid=([0-9]+)", proc.stderr)
+            if proc.returncode == 0 and found:
+                pids.append(int(found.group(1)))
+        return pids
 
     def close_masters(self) -> None:
         """End the persistent ssh connections, so that the next run starts cold."""
@@ -200,24 +298,44 @@ class Context:
                    ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_RETRY_FILES_ENABLED="False")
         return env
 
-    def run(self, label: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Run:
-        """Run a command from the repository root: wall time, pct calls on the nodes, callback events."""
+    def run(self, label: str, argv: Sequence[str], env: dict[str, str] | None = None, hosts: int = 1, sample: bool = False) -> Run:
+        """Run a command from the repository root: wall time, controller CPU, pct calls on the nodes, callback events.
+
+        The controller's CPU is the command's and its descendants' (RUSAGE_CHILDREN, before and after), plus what
+        the persistent ssh connections (masters, which run apart from the command once daemonized) spent during it.
+        With ``sample``, the memory of its process tree is sampled too (TreeSampler).
+        """
         self.runs += 1
         stem = f"{self.runs:03d}-{label}".replace(" ", "_").replace("/", "_")
         times = self.workdir / "logs" / f"{stem}.times.jsonl"
         env = dict(env or os.environ, TRAINOPS_BENCH_TIMES=str(times))
         before = {name: node.call_count() for name, node in self.nodes.items()}
+        masters = {pid: process_cpu(pid) for pid in self.master_pids()}
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         started, clock = time.time(), time.monotonic()
-        proc = subprocess.run(list(argv), env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, timeout=ANSIBLE_TIMEOUT, check=False)
-        seconds, ended = time.monotonic() - clock, time.time()
+        with subprocess.Popen(list(argv), env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL) as proc:
+            sampler = TreeSampler(proc.pid) if sample else None
+            if sampler is not None:
+                sampler.start()
+            try:
+                out, dummy = proc.communicate(timeout=ANSIBLE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, dummy = proc.communicate()
+            seconds, ended = time.monotonic() - clock, time.time()
+            if sampler is not None:
+                sampler.done.set()
+                sampler.join()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
-        (self.workdir / "logs" / f"{stem}.out").write_bytes(f"$ {shlex.join(argv)}\n".encode() + proc.stdout)
+        cpu += sum(process_cpu(pid) - masters.get(pid, 0.0) for pid in self.master_pids())
+        (self.workdir / "logs" / f"{stem}.out").write_bytes(f"$ {shlex.join(argv)}\n".encode() + out)
         calls = [call for name, node in self.nodes.items() for call in node.calls_since(before[name])]
         events = [json.loads(line) for line in times.read_text(encoding="utf-8").splitlines()] if times.exists() else []
-        return Run(label, seconds, cpu, proc.returncode, started, ended, calls, events)
+        run = Run(label, seconds, cpu, proc.returncode, started, ended, calls, events, hosts)
+        if sampler is not None:
+            run.peak_pss, run.peak_rss, run.peak_procs = sampler.peak_pss / 1024, sampler.peak_rss / 1024, sampler.peak_procs
+        return run
 
     def open_masters(self) -> None:
         """Open a persistent ssh connection to each node, as a run within ControlPersist of an earlier one finds."""
@@ -225,17 +343,27 @@ class Context:
             subprocess.run(["ssh", "-T", "-F", self.ssh_config, *shlex.split(self.persist_args()), node.name, "true"],
                            capture_output=True, check=False, timeout=60)
 
-    def playbook(self, label: str, playbook: str, hosts: Sequence[tuple[int, str]], config: Config, job: Path,
-                 forks: int = 5, warm: bool = False) -> Run:
+    def playbook(self, label: str, playbook: str, hosts: Sequence[tuple[int, str]], config: Config, job: Path,  # pylint: disable=too-many-arguments
+                 forks: int = 5, warm: bool = False, sample: bool = False) -> Run:
         """Run ansible-playbook PLAYBOOK (a path from the repository root) with the job file, cold unless warm."""
         self.close_masters()
         if warm:
             self.open_masters()
         argv = ["ansible-playbook", "-i", str(self.inventory(hosts, config)), playbook, "-e", f"@{job}"]
-        return self.run(label, argv, self.ansible_env(config, forks))
+        return self.run(label, argv, self.ansible_env(config, forks), len(hosts), sample)
 
     def baseline(self, label: str, vmid: int, node: str, job: dict[str, str]) -> Run:
         """Run benchmarks/baseline_launch.sh against the container (plain ssh, no connection sharing)."""
         argv = [str(BENCH / "baseline_launch.sh"), "-n", node, "-F", self.ssh_config, "-t", "60",
                 str(vmid), job["session"], job["log"], job["pattern"], "--", *shlex.split(job["command"])]
         return self.run(label, argv)
+
+    def parallel(self, label: str, hosts: Sequence[tuple[int, str]], job: dict[str, str], sample: bool = False) -> Run:
+        """Run benchmarks/parallel_launch.sh on the containers: masters opened first, one process per container."""
+        self.close_masters()
+        self.open_masters()
+        argv = [str(PARALLEL_LAUNCH), "-F", self.ssh_config, "-S", self.control_path, "-t", "60",
+                job["session"], job["log"], job["pattern"], *(f"{node}:{vmid}" for vmid, node in hosts), "--", *shlex.split(job["command"])]
+        run = self.run(label, argv, hosts=len(hosts), sample=sample)
+        self.close_masters()
+        return run

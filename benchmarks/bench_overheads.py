@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Sequence
 
 from bench_cases import MAIN, Row, raw_list, seconds, status
-from bench_env import MAIN_VMID, PIPELINED, SHIPPED, TUNED, Config, Context, Run, median
+from bench_env import MAIN_VMID, PIPELINING_OFF, SHIPPED, Config, Context, Run, median
 from bench_setup import log
 
 # Run on the node: time `pct exec 400 -- true` (the stand-in's delay is 0 here) N times.
@@ -76,10 +76,14 @@ def overhead_rows(ctx: Context) -> list[Row]:
         timed_row(section, "ssh pve-g true through a ControlPersist connection", reused),
         Row(section, "pct exec 400 -- true on the node (no ssh)", seconds(median(pct)), raw_list(pct)),
     ]
-    for config in (SHIPPED, PIPELINED, TUNED):
+    facts = {"empty play": median([run.seconds for run in empty]), "ssh new": median([run.seconds for run in fresh]),
+             "ssh master": median([run.seconds for run in reused]), "pct exec": median(pct)}
+    for config in (PIPELINING_OFF, SHIPPED):
         runs = adhoc(ctx, f"ping {config.name}", config, ["-m", "ansible.builtin.ping"])
         rows.append(timed_row(section, f"ansible ct400 -m ping via the pct connection, {config.name}", runs))
+        facts[f"ping {config.name}"] = median([run.seconds for run in runs])
     for what, args in (("all facts", []), ("gather_subset=!all", ["-a", "gather_subset=!all"])):
-        runs = adhoc(ctx, f"setup, {what}", TUNED, ["-m", "ansible.builtin.setup", *args])
-        rows.append(timed_row(section, f"ansible ct400 -m setup ({what}), {TUNED.name}", runs))
+        runs = adhoc(ctx, f"setup, {what}", SHIPPED, ["-m", "ansible.builtin.setup", *args])
+        rows.append(timed_row(section, f"ansible ct400 -m setup ({what}), {SHIPPED.name}", runs))
+    ctx.facts["overheads"] = facts
     return rows

@@ -28,8 +28,10 @@ def conditions(repeat: int, setup: dict[str, float], load_before: Sequence[float
         f"{platform.python_implementation()} {platform.python_version()}, {ansible_version()}; "
         f"load average {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end (other work shares the machine: "
         f"figures are noisy, compare ratios measured in the same run).",
-        f"Wall times are medians of {repeat} runs where a raw list shows several; every run starts cold "
-        "(no ssh connection left open). Total {:.0f} s; set-up: {}.".format(total, steps),
+        f"Wall times are medians of {repeat} runs where a raw list shows several; every run starts cold (no ssh connection "
+        "left open) unless it says \"masters open\" (the persistent ssh connections to both nodes opened just before it). "
+        "Controller CPU: user + system seconds of the command, its descendants and the ssh masters; memory: the peak "
+        "of the summed Pss of its process tree, sampled every 0.5 s. Total {:.0f} s; set-up: {}.".format(total, steps),
     ]
 
 

@@ -15,7 +15,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from bench_env import BENCH, MAIN_VMID, NODE_ADDRESSES, NODE_SH, NODE_STATE_MOUNT, NODE_VMIDS, NODES_BASE, Context, Node
+from bench_env import ALL_VMIDS, BENCH, FRESH_VMID, MAIN_NODE, MAIN_VMID, NODE_ADDRESSES, NODE_SH, NODE_STATE_MOUNT, NODE_VMIDS, NODES_BASE, Context, Node
 
 JOB_FILE = BENCH / "files" / "bench_job.py"
 APT_TMUX = ("export DEBIAN_FRONTEND=noninteractive; { apt-get update -qq && apt-get install -y -qq --no-install-recommends tmux; }"
@@ -90,7 +90,8 @@ def existing_vmids(node: Node) -> list[int]:
     """The benchmark's VMIDs that exist on the node."""
     listing = node.ssh("pct list").stdout.decode().splitlines()[1:]
     present = {int(line.split()[0]) for line in listing if line.split() and line.split()[0].isdigit()}
-    return sorted(present & set(NODE_VMIDS[node.name]))
+    ours = NODE_VMIDS[node.name] + ([FRESH_VMID] if node.name == MAIN_NODE else [])
+    return sorted(present & set(ours))
 
 
 def run_on_nodes(ctx: Context, scripts: dict[str, str], what: str, timeout: float = 600) -> None:
@@ -181,7 +182,7 @@ def tear_down(ctx: Context) -> None:
 
 def stop_orphans() -> None:
     """Stop containers of ours that outlived their node (LXC reaches them by name through its command socket)."""
-    for vmid in [vmid for vmids in NODE_VMIDS.values() for vmid in vmids]:
+    for vmid in ALL_VMIDS:
         info = subprocess.run(["lxc-info", "-P", NODE_STATE_MOUNT + "/lxc", "-n", str(vmid), "-s"], capture_output=True, text=True, check=False)
         if "RUNNING" in info.stdout:
             log(f"stopping CT {vmid}, left running without its node")

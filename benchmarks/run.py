@@ -20,12 +20,18 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_cases import (LAUNCH_ONLY, MAIN, JOB_COMMAND, Row, breakdown_rows, count_rows, detection_rows, fanout_rows,
-                         fleet_death_rows, job_vars, launch_runs, stop_sessions, wall_rows)
-from bench_env import BENCH, LAUNCH_SHIPPED, Context
+from bench_cases import (LAUNCH, LAUNCH_ONLY, MAIN, JOB_COMMAND, Row, breakdown_rows, count_rows, detection_rows, first_launch_rows, fleet_death_rows,
+                         job_vars, launch_runs, pipelining_off_rows, stop_sessions, wall_rows)
+from bench_env import BENCH, SHIPPED, Context
+from bench_fleet import fleet_rows, parallel_rows
 from bench_overheads import overhead_rows
 from bench_report import conditions, render
 from bench_setup import log, set_up, tear_down
+from bench_summary import summary_rows
+
+# Seconds the measurements may take before the optional ones are skipped: with set-up, tear-down and
+# run.sh's checks, one run stays under 10 minutes.
+BUDGET = 500
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -38,7 +44,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keep-workdir", action="store_true", help="keep the work folder with every run's output")
     parser.add_argument("--launch-only", action="store_true",
                         help="only the cases of benchmarks/launch_only.yml: its pct calls, re-run and wall time against the baseline "
-                             "at delay 0, detection on one container, fan-out (quick check; the table is printed, not written)")
+                             "at delay 0, detection on one container, the fleet and the parallel launcher (quick check; the table is "
+                             "printed, not written)")
+    parser.add_argument("--budget", type=float, default=BUDGET,
+                        help=f"seconds from the start after which optional measurements are skipped (default {BUDGET})")
     args = parser.parse_args(argv)
     if args.output is None and not args.launch_only:
         args.output = BENCH / "results.md"
@@ -59,31 +68,49 @@ def section(rows: list[Row], name: str, measure: Callable[[], list[Row]]) -> Non
 
 
 def launch_rows(ctx: Context, delay: float, whole: bool = True) -> list[Row]:
-    """pct calls (delay 0), wall times and ratios, and the time breakdown (delay 0) of the launch variants (whole: launch.yml too)."""
+    """pct calls (delay 0) and wall times against the baseline of the launch variants on one container."""
     runs = launch_runs(ctx, delay, whole)
     if delay == 0:
-        return count_rows(runs) + wall_rows(runs, delay) + breakdown_rows(runs)
+        return count_rows(runs) + wall_rows(runs, delay)
     return wall_rows(runs, delay)
 
 
+def optional(ctx: Context, rows: list[Row], name: str, estimate: float, measure: Callable[[], list[Row]]) -> None:
+    """A measurement that is skipped, with a row that says so, when it would end after the time budget."""
+    if ctx.time_left() < estimate:
+        used = time.monotonic() - ctx.started
+        log(f"{name}: skipped (time budget: {used:.0f} s used, about {estimate:.0f} s needed, {max(ctx.time_left(), 0):.0f} s left)")
+        rows.append(Row("skipped for the time budget", name, "skipped", f"{used:.0f} s used of {ctx.deadline - ctx.started:.0f} s; "
+                        f"it needs about {estimate:.0f} s (--budget)"))
+        return
+    section(rows, name, measure)
+
+
 def measure_all(ctx: Context, counts: list[int], launch_only: bool = False) -> list[Row]:
-    """Every measurement (launch_only: those of launch_only.yml), in order; each group's failure is reported in the table."""
+    """Every measurement (launch_only: those of launch_only.yml), in order; each group's failure is reported in the table.
+
+    The required ones first; then the optional ones, each skipped when it would overrun the time budget.
+    """
     rows: list[Row] = []
-    log("warm-up run (not reported)")
-    ctx.playbook("warm-up", LAUNCH_ONLY, MAIN, LAUNCH_SHIPPED, job_vars(ctx, "warm", JOB_COMMAND))
+    log("warm-up run (not reported)" + ("" if launch_only else ": launch.yml prepares CT 400, so that its later runs are re-launches"))
+    ctx.playbook("warm-up", LAUNCH_ONLY if launch_only else LAUNCH, MAIN, SHIPPED, job_vars(ctx, "warm", JOB_COMMAND))
     stop_sessions(ctx, "warm", MAIN)
     if launch_only:
         section(rows, "launch, delay 0", lambda: launch_rows(ctx, 0.0, whole=False))
         section(rows, "detection", lambda: detection_rows(ctx))
-        section(rows, "fan-out", lambda: fanout_rows(ctx, counts))
+        section(rows, "parallel launcher, delay 0", lambda: parallel_rows(ctx, counts, 0.0))
+        section(rows, "fleet", lambda: fleet_rows(ctx, counts, launch_only=True))
         return rows
     section(rows, "launch, delay 0", lambda: launch_rows(ctx, 0.0))
     section(rows, "launch, delay 0.5", lambda: launch_rows(ctx, 0.5))
-    ctx.set_delay(0)
+    section(rows, "where the time goes", lambda: breakdown_rows(ctx))
     section(rows, "detection", lambda: detection_rows(ctx))
-    section(rows, "detection, 4 ranks", lambda: fleet_death_rows(ctx))
-    section(rows, "fan-out", lambda: fanout_rows(ctx, counts))
-    section(rows, "overheads", lambda: overhead_rows(ctx))
+    section(rows, "parallel launcher, delay 0", lambda: parallel_rows(ctx, counts, 0.0))
+    section(rows, "fleet", lambda: fleet_rows(ctx, counts))
+    optional(ctx, rows, "first launch into a fresh container", 45, lambda: first_launch_rows(ctx))
+    optional(ctx, rows, "what a run is made of", 30, lambda: overhead_rows(ctx))
+    optional(ctx, rows, "detection, 4 ranks", 15, lambda: fleet_death_rows(ctx))
+    optional(ctx, rows, "launch.yml with pipelining off", 30, lambda: pipelining_off_rows(ctx))
     return rows
 
 
@@ -96,6 +123,7 @@ def main(argv: list[str]) -> int:
     load_before, started = os.getloadavg(), time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="trainops-bench-"))
     ctx = Context(workdir, str(workdir / "ssh_config"), args.repeat)
+    ctx.started, ctx.deadline = started, started + args.budget
     log(f"work folder {workdir}")
     setup: dict[str, float] = {}
     try:
@@ -103,7 +131,7 @@ def main(argv: list[str]) -> int:
         rows = measure_all(ctx, args.counts, args.launch_only)
     finally:
         tear_down(ctx)
-    text = render(rows, conditions(args.repeat, setup, load_before, time.monotonic() - started, args.launch_only))
+    text = render(summary_rows(ctx) + rows, conditions(args.repeat, setup, load_before, time.monotonic() - started, args.launch_only))
     print(text)
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")

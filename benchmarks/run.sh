@@ -8,11 +8,12 @@
 # then destroys the containers and stops both nodes. Needs root; makes what
 # it needs first (the development venv with tools/bootstrap.sh, the stand-in's
 # packages and `pct` with tools/pve_standin/setup.sh --no-container; node.sh
-# installs the OpenSSH server); about 5 minutes on 2 cores.
+# installs the OpenSSH server); under 10 minutes on 2 cores (optional measurements are skipped,
+# with a note in the table, when the run would overrun --budget).
 #
-# Usage: benchmarks/run.sh [--repeat N] [--fanout 1,8,32] [--output FILE] [--keep-workdir] [--launch-only]
+# Usage: benchmarks/run.sh [--repeat N] [--fanout 1,8,32] [--output FILE] [--keep-workdir] [--launch-only] [--budget S]
 #   --launch-only: only the cases of benchmarks/launch_only.yml (pct calls, re-run, detection,
-#   fan-out); prints the table and writes no file unless --output names one.
+#   the fleet against the parallel launcher); prints the table and writes no file unless --output names one.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

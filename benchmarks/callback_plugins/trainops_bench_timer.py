@@ -10,7 +10,7 @@ benchmarks/run.py enables it next to the default stdout callback:
 
 Each line is ``{"event", "time", ...}``: ``playbook_start``, ``play_start`` (``play``),
 ``task_start`` (``task``, ``action``), ``host_start`` (``task``, ``host``, ``action``, ``delegated``),
-``host_end`` (``task``, ``host``, ``status``)
+``host_end`` (``task``, ``host``, ``status``, ``changed``)
 and ``stats``. ``time`` is ``time.time()``, comparable with the timestamps the job writes itself.
 """
 
@@ -30,6 +30,7 @@ import json
 import os
 import time
 import typing as t
+from collections.abc import Mapping
 
 from ansible.plugins.callback import CallbackBase
 
@@ -77,7 +78,11 @@ class CallbackModule(CallbackBase):
     def _end(self, result: t.Any, status: str) -> None:
         # ``host`` since ansible-core 2.19, ``_host`` before
         host = getattr(result, "host", None) or getattr(result, "_host")
-        self._write("host_end", task=result.task_name, host=host.get_name(), status=status)
+        data = getattr(result, "result", None)
+        if not isinstance(data, Mapping):
+            data = getattr(result, "_result", {})  # pylint: disable=protected-access
+        changed = bool(data.get("changed")) if isinstance(data, Mapping) else False
+        self._write("host_end", task=result.task_name, host=host.get_name(), status=status, changed=changed)
 
     def v2_runner_on_ok(self, result: t.Any) -> None:
         """A task ended ok (or changed) on one host."""

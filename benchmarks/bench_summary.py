@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""The summary at the top of the table: the headline figures, picked from the sections' runs (ctx.facts).
+
+A figure whose section failed or was skipped is left out; the section's own rows say why.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from bench_cases import Row, calls_by_play, calls_by_task, per_host, ratio
+from bench_env import Context, Run, median
+
+SECTION = "summary (the figures of the sections below)"
+
+
+def walls(runs: Sequence[Run]) -> float:
+    """Median wall time."""
+    return median([run.seconds for run in runs])
+
+
+def per_container(run: Run) -> str:
+    """pct calls per container, as ``4``."""
+    return per_host(len(run.calls), run.hosts)
+
+
+def single_rows(facts: dict[str, object]) -> list[Row]:
+    """One container: pct calls, re-launch and launch-only against the hand-written script."""
+    rows = []
+    zero, half = facts.get("single 0"), facts.get("single 0.5")
+    if isinstance(zero, dict) and "launch-only" in zero:
+        rows.append(Row(SECTION, "`pct` calls: launch + verify (`tmux_session` + `wait_for_log`) / idempotent re-run",
+                        f"{len(zero['launch-only'][-1].calls)} / {len(zero['launch-only re-run'][-1].calls)}",
+                        f"hand-written script: {len(zero['baseline'][-1].calls)}"))
+    if isinstance(half, dict) and "launch.yml re-launch" in half:
+        relaunch = half["launch.yml re-launch"][-1]
+        others = []
+        if isinstance(zero, dict) and "launch.yml re-run" in zero:
+            others.append(f"idempotent re-run {len(zero['launch.yml re-run'][-1].calls)}")
+        off = facts.get("pipelining off")
+        if isinstance(off, Run):
+            others.append(f"pipelining off {len(off.calls)}")
+        rows.append(Row(SECTION, "`pct` calls per container: whole `launch.yml` re-launched into a prepared container, as shipped",
+                        str(len(relaunch.calls)), f"by play: {calls_by_play(relaunch)}; by task: {calls_by_task(relaunch)}"
+                        + (f"; {', '.join(others)}" if others else "")))
+        reference = walls(half["baseline"])
+        raw = f"{walls(half['launch.yml re-launch']):.2f} s / {reference:.2f} s"
+        persist = half.get("launch.yml re-launch, ControlPersist")
+        if persist:
+            raw += f"; + ControlPersist (masters open) {ratio(persist[-1].seconds, reference)} ({persist[-1].seconds:.2f} s)"
+        if isinstance(zero, dict) and "launch.yml re-launch" in zero:
+            raw += f"; delay 0: {ratio(walls(zero['launch.yml re-launch']), walls(zero['baseline']))}"
+        rows.append(Row(SECTION, "re-launch, whole `launch.yml` / hand-written script, one container, `pct` delay 0.5 s",
+                        ratio(walls(half["launch.yml re-launch"]), reference), raw))
+    if isinstance(zero, dict) and isinstance(half, dict) and "launch-only" in zero and "launch-only" in half:
+        rows.append(Row(SECTION, "launch-only playbook / hand-written script, delay 0 / 0.5 s",
+                        f"{ratio(walls(zero['launch-only']), walls(zero['baseline']))} / {ratio(walls(half['launch-only']), walls(half['baseline']))}",
+                        f"{walls(zero['launch-only']):.2f} s / {walls(zero['baseline']):.2f} s; "
+                        f"{walls(half['launch-only']):.2f} s / {walls(half['baseline']):.2f} s"))
+    return rows
+
+
+def fleet_rows(facts: dict[str, object]) -> list[Row]:
+    """The fleet against the parallel launcher, the floor; the controller's cost per added container."""
+    fleet, counts = facts.get("fleet"), facts.get("fleet counts")
+    if not isinstance(fleet, dict) or not isinstance(counts, list) or not fleet.get("parallel"):
+        return []
+    floor, last = fleet["parallel"][-1], counts[-1]
+
+    def pair(key: str) -> tuple[str, str]:
+        shipped, persist = fleet.get(key), fleet.get(f"{key} persist")
+        result = [f"{ratio(shipped[-1].seconds, floor.seconds)} as shipped"] if shipped else []
+        raw = [f"{shipped[-1].seconds:.2f} s"] if shipped else []
+        if persist:
+            result.append(f"{ratio(persist[-1].seconds, floor.seconds)} ControlPersist")
+            raw.append(f"{persist[-1].seconds:.2f} s")
+        return " / ".join(result), " / ".join(raw) + f" against {floor.seconds:.2f} s"
+
+    rows = []
+    for key, what in (("launch.yml", "whole `launch.yml` re-launch"), ("launch_only", "`launch_only.yml` (launch + verify)")):
+        if fleet.get(key):
+            result, raw = pair(key)
+            run = fleet[key][-1]
+            rows.append(Row(SECTION, f"{last} containers on 2 nodes, forks {last}, delay 0.5 s: {what} / parallel launcher", result,
+                            f"{raw}; {per_container(run)} `pct` calls per container"))
+    floors = [facts.get("parallel 0"), fleet["parallel"]]
+    if all(isinstance(runs, list) and runs for runs in floors):
+        text = "; ".join(" / ".join(f"{run.seconds:.2f}" for run in runs) + " s" for runs in floors if isinstance(runs, list))
+        rows.append(Row(SECTION, f"parallel launcher (`xargs -P`, ssh masters open): {' / '.join(map(str, counts))} containers, delay 0; 0.5 s",
+                        text, "2 `pct` calls per container, as the single script"))
+    costs, memory = [], []
+    for key, what in (("launch.yml", "launch.yml"), ("launch_only", "launch_only.yml"), ("parallel", "launcher")):
+        runs = fleet.get(key)
+        if runs and len(runs) == len(counts) and len(counts) > 1:
+            added = counts[-1] - counts[0]
+            costs.append(f"{what} {(runs[-1].cpu - runs[0].cpu) / added:.3f}")
+            memory.append(f"{what} {(runs[-1].peak_pss - runs[0].peak_pss) / added:.1f} MiB, wall {(runs[-1].seconds - runs[0].seconds) / added:.2f} s")
+    if costs:
+        rows.append(Row(SECTION, f"controller per added container ({counts[0]} → {counts[-1]}, as shipped): CPU seconds",
+                        " / ".join(costs), "memory (peak Pss) and wall: " + "; ".join(memory)))
+    return rows
+
+
+def other_rows(facts: dict[str, object]) -> list[Row]:
+    """Detection, the first launch into a fresh container, what a run is made of."""
+    rows = []
+    detection = facts.get("detection")
+    if isinstance(detection, tuple):
+        fleet = facts.get("detection 4 ranks")
+        rows.append(Row(SECTION, "a job dies 1 s after its start → the play has failed", f"{detection[0]:.2f} s after its death",
+                        f"{detection[1]:.2f} s after `ended_at` in `LOG.exit` (whole seconds)"
+                        + (f"; 4-rank job on 2 nodes: {fleet:.2f} s" if isinstance(fleet, float) else "")))
+    fresh = facts.get("fresh")
+    if isinstance(fresh, Run):
+        rows.append(Row(SECTION, "first launch into a fresh container (apt installs tmux), delay 0.5 s", f"{fresh.seconds:.1f} s",
+                        f"{len(fresh.calls)} `pct` calls: {calls_by_play(fresh)}"))
+    overheads = facts.get("overheads")
+    if isinstance(overheads, dict):
+        rows.append(Row(SECTION, "Ansible start-up / ssh handshake / ssh through a master / `pct exec` (stand-in)",
+                        " / ".join(f"{overheads[key]:.2f}" for key in ("empty play", "ssh new", "ssh master", "pct exec")) + " s",
+                        "real `pct` adds about 0.5 s per call"))
+    return rows
+
+
+def summary_rows(ctx: Context) -> list[Row]:
+    """The headline rows; a part whose facts are malformed is left out rather than failing the table."""
+    rows: list[Row] = []
+    builders: list[Callable[[dict[str, object]], list[Row]]] = [single_rows, fleet_rows, other_rows]
+    for build in builders:
+        try:
+            rows.extend(build(ctx.facts))
+        except (KeyError, IndexError, TypeError, ZeroDivisionError, AttributeError) as exc:
+            rows.append(Row(SECTION, f"({build.__name__} left out)", "FAILED", f"{type(exc).__name__}: {exc}"[:200]))
+    return rows
