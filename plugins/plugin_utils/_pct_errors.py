@@ -44,6 +44,7 @@ _SSH_AUTH = re.compile(r"Permission denied \(|Too many authentication failures|N
 _SSH_CONNECT = re.compile(
     r"Connection refused|Connection timed out|timed out during banner exchange|No route to host|Network is unreachable"
     r"|Could not resolve hostname|Name or service not known|kex_exchange_identification|Connection closed by|closed by remote host|Connection reset"
+    r"|Broken pipe"  # ssh_dispatch_run_fatal: Connection to ADDRESS port 22: Broken pipe (the node's sshd went away mid-session)
 )
 
 

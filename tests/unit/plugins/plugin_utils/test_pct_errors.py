@@ -89,6 +89,8 @@ def test_ssh_failure_only_for_remote_nodes() -> None:
         # sshd went away with the connection open (the node shut down, sshd killed)
         (b"Connection to 127.0.0.21 closed by remote host.\r\n",
          "node pve1 cannot be reached: Connection to 127.0.0.21 closed by remote host; check"),
+        (b"ssh_dispatch_run_fatal: Connection to 127.0.0.21 port 22: Broken pipe\r\n",
+         "node pve1 cannot be reached: ssh_dispatch_run_fatal: Connection to 127.0.0.21 port 22: Broken pipe; check"),
         (b"something else\n", "(exit status 255): something else"),
         (b"", "(exit status 255): no error message"),
     ],
