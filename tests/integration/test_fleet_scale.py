@@ -66,7 +66,7 @@ LAUNCH = "Start the job in its detached tmux session"
 HANDLER = "Wait for the job's log to prove it started"
 REPROOF = "Prove the start of a job that runs unproven"
 SUMMARY = "Summarize the launch per container"
-PREPARE_TASK = "Install tmux in the container"
+PREPARE_TASK = "Find out what the container lacks for the job"
 APT = ("export DEBIAN_FRONTEND=noninteractive; { apt-get update -qq && apt-get install -y -qq --no-install-recommends "
        "tmux python3-venv python3-packaging && python3 -m venv /opt/train/venv && /opt/train/venv/bin/pip install -q "
        "--disable-pip-version-check numpy; } >/tmp/prepare.log 2>&1 || { cat /tmp/prepare.log; exit 1; }")
@@ -488,7 +488,7 @@ def test_launch_only_into_prepared_containers(fleet: Fleet) -> None:
     try:
         for vmid in (700, 704):
             host = f"ct{vmid}"
-            assert full.task(PREPARE_TASK)[host]["status"] != "skipped", full.output
+            assert full.task(PREPARE_TASK)[host]["status"] == "ok" and full.task(PREPARE_TASK)[host]["prepared"] is True, full.output
             assert only.task(PREPARE_TASK)[host]["status"] == "skipped", only.output
             assert only.task(LAUNCH)[host]["status"] == "changed" and only.task(HANDLER)[host]["verdict"] == "started", only.output
             assert len(fleet.job_processes(vmid)) == before[vmid] + 2, "fullrun and relaunch run, next to what ran before"
