@@ -132,6 +132,12 @@ node:
     - On a host that is no container of the C(trainops.pct_launch.pct) connection, the host's own view.
   returned: always
   type: dict
+node_shared:
+  description:
+    - Whether RV(node) is the answer the node gave another host of this task (the node is asked once per node and
+      task in a run; a failed answer is not shared). False on a host that is no container of the C(trainops.pct_launch.pct) connection.
+  returned: always
+  type: bool
 device_files:
   description: NVIDIA's device files on the target, each with C(path), C(present) and C(char_device).
   returned: always

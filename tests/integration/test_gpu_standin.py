@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import StandinNode, lines
+from .playbook_results import container_host, run_tasks
 from .gpu_standin import (DRIVER, GPU_UUIDS, LIB_DIR, cgroup_names_container, gpu_entries, gpu_process_in_container,
                           gpu_process_on_node, gpu_processes, install_in_container, install_node_smi,
                           install_remote_node_smi, kill_gpu_process, proc_cgroup, remove_devices, state_of,
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.integration
 CT = 670
 REMOTE_CT = 671
 BULLSEYE_CT = 672
+SECOND_CT = 673
 GPUS = gpu_entries(2)
 GPU_QUERY = "--query-gpu=index,uuid,name,driver_version,utilization.gpu,memory.used,memory.total"
 APP_QUERY = "--query-compute-apps=pid,gpu_uuid,process_name,used_memory"
@@ -126,6 +128,34 @@ def test_library_mismatch_fails_like_nvidia(standin: StandinNode, ct: int) -> No
                           check=False).returncode == 0
     finally:
         install_in_container(standin, ct, GPUS)
+
+
+def test_one_node_query_per_task_for_two_containers(tmp_path: Path, standin: StandinNode, ct: int, node_smi: Path) -> None:
+    """Two containers of one node, a play of two gpu_info tasks: the node is asked once per task, both hosts get its report."""
+    standin.create(SECOND_CT)
+    install_in_container(standin, SECOND_CT, GPUS)
+    pid = gpu_process_in_container(standin, ct, GPU_UUIDS[0], 1024, state_of(node_smi))
+    calls = tmp_path / "node-smi-calls.log"
+    wrapper = tmp_path / "nvidia-smi-counted"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {calls}\nexec {node_smi} "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    hosts = {f"ct{vmid}": container_host(vmid) for vmid in (ct, SECOND_CT)}
+    tasks = [{"name": name, "trainops.pct_launch.gpu_info": {"node_nvidia_smi": str(wrapper)}} for name in ("first", "second")]
+    run = run_tasks(tmp_path, hosts, tasks, options=("-vvv", "--forks", "2"))
+    queries = [line for line in calls.read_text(encoding="utf-8").splitlines() if line.startswith("--query-gpu=")]
+    assert len(queries) == 2, (queries, run.proc.stdout[-4000:])  # one per task, not one per host and task
+    assert len([line for line in run.proc.stdout.splitlines() if " NODE EXEC " in line]) == 2, run.proc.stdout[-4000:]
+    for task in ("first", "second"):
+        mine, theirs = run.result(task, f"ct{ct}"), run.result(task, f"ct{SECOND_CT}")
+        assert not mine.get("failed") and not theirs.get("failed"), (mine, theirs)
+        assert mine["node"] == theirs["node"] and pid in [p["pid"] for p in mine["node"]["processes"]], mine["node"]
+        assert sorted((mine["node_shared"], theirs["node_shared"])) == [False, True]
+        # one report, judged for each container (an earlier test's process in 670 may still be there)
+        assert [f["kind"] for f in mine["busy"] if f["pid"] == pid] == ["this_container"], mine["busy"]
+        assert [f["kind"] for f in theirs["busy"] if f["pid"] == pid] == ["other_container"], theirs["busy"]
+    kill_gpu_process(pid)
+    standin.pct("destroy", SECOND_CT, "--force", check=True)
+    standin.created.remove(SECOND_CT)
 
 
 def test_runs_on_debian_11_python_3_9(standin: StandinNode) -> None:
