@@ -8,11 +8,13 @@ Everything runs against two simulated Proxmox VE nodes of the stand-in (tools/pv
 connection plugin ``trainops.pct_launch.pct`` (``pct_vmid``, ``pct_node``): the collection's modules run on
 them, each pipelined module task one ``pct exec`` on the node. Each node's ``knobs.conf`` sets the
 stand-in's per-call ``delay`` and a ``call_log`` from which every run's pct calls are counted: whatever
-runs ``pct`` on a node, the pct connection included, appends a line there.
+runs ``pct`` on a node, the pct connection included, appends a line there. Whatever node simulates them, the
+containers are LXC containers on this host: the controller reads their CPU from their cgroups (ContainerCpu).
 """
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import re
@@ -42,6 +44,10 @@ ALL_VMIDS = [vmid for vmids in NODE_VMIDS.values() for vmid in vmids] + [FRESH_V
 ANSIBLE_TIMEOUT = 900
 PARALLEL_LAUNCH = BENCH / "parallel_launch.sh"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# The nodes' LXC path, the same inside every node's mount namespace; LXC's command socket answers lxc-info there
+# from the controller too (bench_setup.stop_orphans).
+LXC_PATH = NODE_STATE_MOUNT + "/lxc"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +133,14 @@ class Run:  # pylint: disable=too-many-instance-attributes
     peak_pss: float = 0.0  # MiB: the largest sum of Pss over the command's process tree (0: not sampled)
     peak_rss: float = 0.0  # MiB: the largest Rss of the command's own process (ansible-playbook's main process)
     peak_procs: int = 0  # the largest number of processes in its tree
+    container_cpu: float | None = None  # seconds: the summed CPU of the containers it ran in (None: not measured, see cpu_note)
+    cpu_note: str = ""  # why container_cpu is None: a counter that could not be read
+
+    def inside(self) -> str:
+        """The containers' CPU, as ``9.6 s (300 ms per container)``, or why it is not known."""
+        if self.container_cpu is None:
+            return f"not measured ({self.cpu_note or 'no containers given'})"
+        return f"{self.container_cpu:.2f} s ({1000 * self.container_cpu / max(self.hosts, 1):.0f} ms per container)"
 
     def event_time(self, event: str) -> float | None:
         """Time of the last callback event of this kind."""
@@ -202,6 +216,98 @@ def process_cpu(pid: int) -> float:
         return 0.0
 
 
+def payload_cgroup(path: str, vmid: int) -> str | None:
+    """The container's own cgroup in a process's cgroup path: ``lxc.payload.400`` (LXC 4+, ``lxc.payload.400-1``
+    when the name was taken) or ``lxc/400`` (Proxmox VE 7+), above the subgroups its processes sit in
+    (``init.scope``, ``.lxc``, ``ns``)."""
+    parts = [part for part in path.split("/") if part]
+    for index, part in enumerate(parts):
+        if re.fullmatch(rf"lxc\.payload\.{vmid}(-[0-9]+)?", part) or (part == str(vmid) and index and parts[index - 1] == "lxc"):
+            return "/".join(parts[:index + 1])
+    return None
+
+
+class ContainerCpu:
+    """The CPU the containers have used so far, from their cgroup counters, read on the controller.
+
+    cgroup v1: ``cpuacct.usage`` (ns) in the cpuacct hierarchy (``/sys/fs/cgroup/cpuacct`` or ``cpu,cpuacct``);
+    cgroup v2: ``usage_usec`` of ``cpu.stat`` (``/sys/fs/cgroup``, or ``unified`` on a hybrid host, used only
+    when there is no cpuacct hierarchy). The container's cgroup is found from its init's ``/proc/PID/cgroup``
+    (``lxc-info -p``), else by name; the counter file is remembered per VMID while it exists. The counter holds
+    all the container's processes (its init, what ``pct exec`` attaches, their children): ``lxc-attach`` moves
+    the attached process into it before it runs the command.
+    """
+
+    def __init__(self) -> None:
+        self.files: dict[int, Path] = {}
+
+    @staticmethod
+    def cgroup(vmid: int) -> str:
+        """The container's cgroup path, relative to a hierarchy's root."""
+        try:
+            proc = subprocess.run(["lxc-info", "-P", LXC_PATH, "-n", str(vmid), "-p", "-H"], capture_output=True, text=True, check=False, timeout=30)
+            pid = proc.stdout.strip() if proc.returncode == 0 else ""
+        except (OSError, subprocess.SubprocessError):
+            pid = ""
+        if pid.isdigit():
+            try:
+                lines = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8").splitlines()
+            except OSError:
+                lines = []
+            paths = {fields[1]: fields[2] for fields in (line.split(":", 2) for line in lines) if len(fields) == 3}
+            cpuacct = [path for controllers, path in paths.items() if "cpuacct" in controllers.split(",")]
+            for path in cpuacct + [paths.get("", "")]:
+                found = payload_cgroup(path, vmid)
+                if found:
+                    return found
+        return f"lxc.payload.{vmid}"
+
+    def counter_file(self, vmid: int) -> Path:
+        """The file of the container's CPU counter; OSError when there is none."""
+        known = self.files.get(vmid)
+        if known is not None and known.exists():
+            return known
+        cgroup = self.cgroup(vmid)
+        candidates = [Path(base) / cgroup / "cpuacct.usage" for base in sorted(glob.glob(str(CGROUP_ROOT / "*cpuacct*")))]
+        candidates += [CGROUP_ROOT / cgroup / "cpu.stat", CGROUP_ROOT / "unified" / cgroup / "cpu.stat"]
+        for candidate in candidates:
+            if candidate.is_file() and os.access(candidate, os.R_OK):
+                self.files[vmid] = candidate
+                return candidate
+        raise OSError(f"no readable CPU counter of CT {vmid}'s cgroup {cgroup} under {CGROUP_ROOT} (cpuacct.usage or cpu.stat)")
+
+    def seconds(self, vmid: int) -> float:
+        """CPU seconds the container has used so far."""
+        path = self.counter_file(vmid)
+        text = path.read_text(encoding="utf-8")
+        if path.name == "cpuacct.usage":
+            return int(text.strip()) / 1e9
+        for line in text.splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        raise ValueError(f"{path} has no usage_usec")
+
+    def read(self, vmids: Sequence[int]) -> tuple[dict[int, float], str]:
+        """CPU seconds so far of each container whose counter can be read, and why the others' cannot ("" when all can)."""
+        values, problems = {}, []
+        for vmid in vmids:
+            try:
+                values[vmid] = self.seconds(vmid)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                self.files.pop(vmid, None)
+                problems.append(str(exc))
+        more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
+        return values, "; ".join(problems[:2]) + more
+
+    @staticmethod
+    def used(before: tuple[dict[int, float], str], after: tuple[dict[int, float], str]) -> tuple[float | None, str]:
+        """Summed CPU seconds between two readings of the same containers; None and why when a counter was unreadable."""
+        note = before[1] or after[1]
+        if note or before[0].keys() != after[0].keys():
+            return None, note or "a counter vanished during the run"
+        return sum(after[0][vmid] - before[0][vmid] for vmid in before[0]), ""
+
+
 def median(values: Sequence[float]) -> float:
     """Median of a non-empty sequence."""
     return statistics.median(values)
@@ -217,6 +323,7 @@ class Context:
         self.nodes = {name: Node(name, address, ssh_config) for name, address in NODE_ADDRESSES.items()}
         self.control_path = str(workdir / "cp-%C")
         self.runs = 0
+        self.container_cpu = ContainerCpu()
         # Runs and figures the summary at the top of the table picks from the sections.
         self.facts: dict[str, object] = {}
         self.started = time.monotonic()
@@ -298,18 +405,22 @@ class Context:
                    ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_RETRY_FILES_ENABLED="False")
         return env
 
-    def run(self, label: str, argv: Sequence[str], env: dict[str, str] | None = None, hosts: int = 1, sample: bool = False) -> Run:
+    def run(self, label: str, argv: Sequence[str], env: dict[str, str] | None = None, hosts: int = 1,  # pylint: disable=too-many-arguments,too-many-locals
+            *, sample: bool = False, vmids: Sequence[int] = ()) -> Run:
         """Run a command from the repository root: wall time, controller CPU, pct calls on the nodes, callback events.
 
         The controller's CPU is the command's and its descendants' (RUSAGE_CHILDREN, before and after), plus what
         the persistent ssh connections (masters, which run apart from the command once daemonized) spent during it.
-        With ``sample``, the memory of its process tree is sampled too (TreeSampler).
+        With ``sample``, the memory of its process tree is sampled too (TreeSampler). With ``vmids``, the summed
+        CPU of these containers during the run (their cgroup counters, read just before and just after it).
         """
         self.runs += 1
         stem = f"{self.runs:03d}-{label}".replace(" ", "_").replace("/", "_")
         times = self.workdir / "logs" / f"{stem}.times.jsonl"
         env = dict(env or os.environ, TRAINOPS_BENCH_TIMES=str(times))
         before = {name: node.call_count() for name, node in self.nodes.items()}
+        # First: finding a container's cgroup the first time runs lxc-info, which must not count as the command's CPU.
+        inside = self.container_cpu.read(vmids) if vmids else None
         masters = {pid: process_cpu(pid) for pid in self.master_pids()}
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         started, clock = time.time(), time.monotonic()
@@ -329,10 +440,11 @@ class Context:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
         cpu += sum(process_cpu(pid) - masters.get(pid, 0.0) for pid in self.master_pids())
+        container_cpu, cpu_note = self.container_cpu.used(inside, self.container_cpu.read(vmids)) if inside is not None else (None, "")
         (self.workdir / "logs" / f"{stem}.out").write_bytes(f"$ {shlex.join(argv)}\n".encode() + out)
         calls = [call for name, node in self.nodes.items() for call in node.calls_since(before[name])]
         events = [json.loads(line) for line in times.read_text(encoding="utf-8").splitlines()] if times.exists() else []
-        run = Run(label, seconds, cpu, proc.returncode, started, ended, calls, events, hosts)
+        run = Run(label, seconds, cpu, proc.returncode, started, ended, calls, events, hosts, container_cpu=container_cpu, cpu_note=cpu_note)
         if sampler is not None:
             run.peak_pss, run.peak_rss, run.peak_procs = sampler.peak_pss / 1024, sampler.peak_rss / 1024, sampler.peak_procs
         return run
@@ -350,13 +462,14 @@ class Context:
         if warm:
             self.open_masters()
         argv = ["ansible-playbook", "-i", str(self.inventory(hosts, config)), playbook, "-e", f"@{job}"]
-        return self.run(label, argv, self.ansible_env(config, forks), len(hosts), sample)
+        return self.run(label, argv, self.ansible_env(config, forks), len(hosts), sample=sample,
+                        vmids=[vmid for vmid, dummy in hosts])
 
     def baseline(self, label: str, vmid: int, node: str, job: dict[str, str]) -> Run:
         """Run benchmarks/baseline_launch.sh against the container (plain ssh, no connection sharing)."""
         argv = [str(BENCH / "baseline_launch.sh"), "-n", node, "-F", self.ssh_config, "-t", "60",
                 str(vmid), job["session"], job["log"], job["pattern"], "--", *shlex.split(job["command"])]
-        return self.run(label, argv)
+        return self.run(label, argv, vmids=[vmid])
 
     def parallel(self, label: str, hosts: Sequence[tuple[int, str]], job: dict[str, str], sample: bool = False) -> Run:
         """Run benchmarks/parallel_launch.sh on the containers: masters opened first, one process per container."""
@@ -364,6 +477,6 @@ class Context:
         self.open_masters()
         argv = [str(PARALLEL_LAUNCH), "-F", self.ssh_config, "-S", self.control_path, "-t", "60",
                 job["session"], job["log"], job["pattern"], *(f"{node}:{vmid}" for vmid, node in hosts), "--", *shlex.split(job["command"])]
-        run = self.run(label, argv, hosts=len(hosts), sample=sample)
+        run = self.run(label, argv, hosts=len(hosts), sample=sample, vmids=[vmid for vmid, dummy in hosts])
         self.close_masters()
         return run

@@ -6,11 +6,14 @@ The parallel launcher is benchmarks/parallel_launch.sh: baseline_launch.sh for e
 (``xargs -P``), through one persistent ssh connection per node opened before the run. The playbooks run
 with forks 32 as shipped (one ssh per pct call) and with ControlPersist for the pct connection (masters
 opened before the run). Each run records the controller's CPU (user + system of the command, its
-descendants and the ssh masters) and its peak memory (summed Pss of its process tree).
+descendants and the ssh masters), its peak memory (summed Pss of its process tree) and the CPU used inside
+its containers (the sum of their cgroup counters' increase during the run: Python modules, sh, tmux, the job's
+start).
 """
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 
 from bench_cases import (LAUNCH, LAUNCH_ONLY, JOB_COMMAND, Row, baseline_job, calls_by_play, calls_by_task, changed_by_play, checked,
@@ -18,6 +21,8 @@ from bench_cases import (LAUNCH, LAUNCH_ONLY, JOB_COMMAND, Row, baseline_job, ca
 from bench_env import PERSIST, SHIPPED, Config, Context, Run
 
 FLEET_DELAY = 0.5
+FLEET_SECTION = f"the fleet: forks 32, containers split over pve-g and pve-h, delay {FLEET_DELAY:g} s"
+IDLE_SECONDS = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,15 +75,43 @@ def variant_rows(section: str, variant: Variant, runs: Sequence[Run], counts: Se
     pss = " / ".join(f"{run.peak_pss:.0f}" for run in runs)
     procs = " / ".join(str(run.peak_procs) for run in runs)
     rows = [Row(section, f"{variant.label}: {' / '.join(map(str, counts))} containers, wall", walls,
-                f"pct calls per container {calls}; controller CPU {cpu} s; peak memory {pss} MiB (Pss of {procs} processes)"
+                f"pct calls per container {calls}; controller CPU {cpu} s; {inside_cpu(runs)}; peak memory {pss} MiB (Pss of {procs} processes)"
                 + (f"; main process Rss {runs[-1].peak_rss:.0f} MiB" if variant.playbook else ""))]
     if len(runs) > 1:
         wall, wall_raw = per_added(runs, counts, "seconds")
         cpu_cost, cpu_raw = per_added(runs, counts, "cpu")
         mem, mem_raw = per_added(runs, counts, "peak_pss")
+        inside = ""
+        if all(run.container_cpu is not None for run in runs):
+            inside_cost, inside_raw = per_added(runs, counts, "container_cpu")
+            inside = f"; inside the containers {inside_cost:.3f} s {inside_raw}"
         rows.append(Row(section, f"{variant.label}: per added container {counts[0]}→{counts[-1]}",
-                        f"wall {wall:.2f} s, CPU {cpu_cost:.3f} s, memory {mem:.1f} MiB", f"wall {wall_raw}; CPU {cpu_raw}; MiB {mem_raw}"))
+                        f"wall {wall:.2f} s, CPU {cpu_cost:.3f} s, memory {mem:.1f} MiB", f"wall {wall_raw}; CPU {cpu_raw}; MiB {mem_raw}{inside}"))
     return rows
+
+
+def inside_cpu(runs: Sequence[Run]) -> str:
+    """The CPU used inside the containers at each count: summed, and per container."""
+    if any(run.container_cpu is None for run in runs):
+        return "CPU inside the containers " + " / ".join(run.inside() for run in runs)
+    summed = " / ".join(f"{run.container_cpu or 0:.2f}" for run in runs)
+    each = " / ".join(f"{1000 * (run.container_cpu or 0) / max(run.hosts, 1):.0f}" for run in runs)
+    return f"CPU inside the containers {summed} s, {each} ms per container"
+
+
+def idle_row(ctx: Context, section: str, hosts: Sequence[tuple[int, str]]) -> Row:
+    """The CPU the containers use while nothing is launched into them (their own init and services): the
+    background the fleet's figures of CPU inside the containers include."""
+    vmids = [vmid for vmid, dummy in hosts]
+    before, clock = ctx.container_cpu.read(vmids), time.monotonic()
+    time.sleep(IDLE_SECONDS)
+    used, note = ctx.container_cpu.used(before, ctx.container_cpu.read(vmids))
+    spent = time.monotonic() - clock
+    measure = f"CPU inside the {len(vmids)} containers while idle (background of the figures above; {spent:.1f} s before the runs)"
+    if used is None:
+        return Row(section, measure, "not measured", note)
+    return Row(section, measure, f"{1000 * used / len(vmids) / spent:.2f} ms per container per second",
+               f"{1000 * used:.0f} ms in all over {spent:.2f} s")
 
 
 def parallel_rows(ctx: Context, counts: Sequence[int], delay: float) -> list[Row]:
@@ -160,7 +193,7 @@ def breakdown_rows(section: str, run: Run, persist: Run | None) -> list[Row]:
     startup = (run.event_time("playbook_start") or run.started) - run.started
     spans = sum(part[1] for part in parts.values())
     rows = [Row(section, "wall time", seconds(run.seconds), f"{per_host(len(run.calls), run.hosts)} pct calls per container; "
-                f"controller CPU {run.cpu:.1f} s; peak memory {run.peak_pss:.0f} MiB"),
+                f"controller CPU {run.cpu:.1f} s; CPU inside the containers {run.inside()}; peak memory {run.peak_pss:.0f} MiB"),
             Row(section, "Ansible start-up (process start to playbook loaded)", seconds(startup), share(startup, run))]
     for kind, (count, span, dispatch, mean, workers) in sorted(parts.items(), key=lambda item: -item[1][1]):
         rows.append(Row(section, f"{kind} ({count} tasks, {workers} workers)", seconds(span),
@@ -191,20 +224,21 @@ def fleet_rows(ctx: Context, counts: Sequence[int], launch_only: bool = False) -
     ctx.set_delay(FLEET_DELAY)
     variants = [variant for variant in FLEET if not (launch_only and variant.playbook == LAUNCH)]
     runs: dict[str, list[Run]] = {variant.key: [] for variant in variants}
+    idle = idle_row(ctx, FLEET_SECTION, fanout_hosts(counts[-1]))
     for count in counts:
         for variant in variants:
             if variant.every_count or count == counts[-1]:
                 runs[variant.key].append(launch(ctx, variant, count, f"delay {FLEET_DELAY:g}"))
     ctx.close_masters()
     ctx.facts["fleet"], ctx.facts["fleet counts"] = runs, list(counts)
-    section = f"the fleet: forks 32, containers split over pve-g and pve-h, delay {FLEET_DELAY:g} s"
     rows: list[Row] = []
     for variant in variants:
-        rows.extend(variant_rows(section, variant, runs[variant.key], counts if variant.every_count else counts[-1:]))
+        rows.extend(variant_rows(FLEET_SECTION, variant, runs[variant.key], counts if variant.every_count else counts[-1:]))
+    rows.append(idle)
     floor = runs[PARALLEL.key][-1]
     for variant in variants[1:]:
         run = runs[variant.key][-1]
-        rows.append(Row(section, f"{counts[-1]} containers: {variant.label} / parallel launcher", ratio(run.seconds, floor.seconds),
+        rows.append(Row(FLEET_SECTION, f"{counts[-1]} containers: {variant.label} / parallel launcher", ratio(run.seconds, floor.seconds),
                         f"{run.seconds:.2f} / {floor.seconds:.2f} s; pct calls per container {calls_by_task(run)}"
                         + (f"; by play {calls_by_play(run)}; changed results: {changes(run)}" if variant.playbook == LAUNCH else "")))
     where = f"where the time goes at {counts[-1]} containers"

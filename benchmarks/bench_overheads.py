@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""What the remaining time is made of: Ansible's start-up, ssh, pct, a module task, fact gathering."""
+"""What the remaining time is made of: Ansible's start-up, ssh, pct, a module task, fact gathering; and the CPU that
+a command and a module run cost inside the container (its cgroup counter, read on the controller)."""
 from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
 
 from bench_cases import MAIN, Row, raw_list, seconds, status
-from bench_env import MAIN_VMID, PIPELINING_OFF, SHIPPED, Config, Context, Run, median
+from bench_env import MAIN_NODE, MAIN_VMID, PIPELINING_OFF, SHIPPED, Config, Context, Run, median
 from bench_setup import log
 
 # Run on the node: time `pct exec 400 -- true` (the stand-in's delay is 0 here) N times.
@@ -52,15 +53,54 @@ def pct_walls(ctx: Context) -> list[float]:
     return [float(value) for value in out.split()]
 
 
-def adhoc(ctx: Context, label: str, config: Config, module_args: Sequence[str]) -> list[Run]:
-    """`ansible ct400 -m ...` through the pct connection, cold (no ssh connection left open); at most 2 runs."""
+def adhoc(ctx: Context, label: str, config: Config, module_args: Sequence[str], repeat: int = 2) -> list[Run]:
+    """`ansible ct400 -m ...` through the pct connection, cold (no ssh connection left open); at most REPEAT runs.
+
+    Each run also records CT 400's CPU (its cgroup counter before and after the run).
+    """
     runs = []
-    for index in range(min(ctx.repeat, 2)):
+    for index in range(min(ctx.repeat, repeat)):
         ctx.close_masters()
-        argv = ["ansible", "-i", str(ctx.inventory(MAIN, config)), "ct400", *module_args]
-        runs.append(ctx.run(f"{label} #{index + 1}", argv, ctx.ansible_env(config)))
+        argv = ["ansible", "-i", str(ctx.inventory(MAIN, config)), f"ct{MAIN_VMID}", *module_args]
+        runs.append(ctx.run(f"{label} #{index + 1}", argv, ctx.ansible_env(config), vmids=[MAIN_VMID]))
     log(f"{label}: {raw_list([run.seconds for run in runs])}" + "".join(status(run) for run in runs))
     return runs
+
+
+def exec_runs(ctx: Context, command: str) -> list[Run]:
+    """`pct exec 400 -- COMMAND` on the node over a new ssh connection, ctx.repeat times, with CT 400's CPU."""
+    argv = ["ssh", "-T", "-F", ctx.ssh_config, "-o", "ControlMaster=no", "-o", "ControlPath=none", MAIN_NODE,
+            f"pct exec {MAIN_VMID} -- {command}"]
+    runs = [ctx.run(f"pct exec {command} #{index + 1}", argv, vmids=[MAIN_VMID]) for index in range(ctx.repeat)]
+    log(f"pct exec {MAIN_VMID} -- {command}: container CPU {cpu_ms(runs)[1]}" + "".join(status(run) for run in runs))
+    return runs
+
+
+def cpu_ms(runs: Sequence[Run]) -> tuple[float | None, str]:
+    """Median container CPU of the runs in ms, and the raw figures; None and why when a counter was unreadable."""
+    values = [run.container_cpu for run in runs]
+    if not values or any(value is None for value in values):
+        return None, next((run.cpu_note for run in runs if run.cpu_note), "not measured")
+    return 1000 * median([value for value in values if value is not None]), ", ".join(f"{1000 * (value or 0):.0f}" for value in values) + " ms"
+
+
+def container_cpu_rows(ctx: Context, section: str, runs: dict[str, list[Run]]) -> list[Row]:
+    """CT 400's CPU for each of the runs (the what → runs), as rows; the counter file is named once."""
+    rows, figures = [], {}
+    try:
+        counter = str(ctx.container_cpu.counter_file(MAIN_VMID))
+    except OSError as exc:
+        counter = str(exc)
+    for what, measured in runs.items():
+        value, raw = cpu_ms(measured)
+        figures[what] = value
+        result = (f"{value:.0f} ms" if value is not None else "not measured") + "".join(status(run) for run in measured)
+        detail = f"{raw}; controller CPU {median([run.cpu for run in measured]):.2f} s, wall {median([run.seconds for run in measured]):.2f} s"
+        rows.append(Row(section, f"CPU inside CT {MAIN_VMID} (its cgroup counter before/after): {what}", result,
+                        detail if value is not None else f"counter not readable: {raw}"))
+    rows[0].raw += f"; counter {counter}"
+    ctx.facts["container cpu"] = figures
+    return rows
 
 
 def overhead_rows(ctx: Context) -> list[Row]:
@@ -78,12 +118,21 @@ def overhead_rows(ctx: Context) -> list[Row]:
     ]
     facts = {"empty play": median([run.seconds for run in empty]), "ssh new": median([run.seconds for run in fresh]),
              "ssh master": median([run.seconds for run in reused]), "pct exec": median(pct)}
+    inside: dict[str, list[Run]] = {}
     for config in (PIPELINING_OFF, SHIPPED):
-        runs = adhoc(ctx, f"ping {config.name}", config, ["-m", "ansible.builtin.ping"])
+        # As shipped: ctx.repeat runs, whose container CPU is a row of its own below.
+        runs = adhoc(ctx, f"ping {config.name}", config, ["-m", "ansible.builtin.ping"], ctx.repeat if config is SHIPPED else 2)
         rows.append(timed_row(section, f"ansible ct400 -m ping via the pct connection, {config.name}", runs))
         facts[f"ping {config.name}"] = median([run.seconds for run in runs])
+        if config is SHIPPED:
+            inside["ansible ct400 -m ansible.builtin.ping, as shipped"] = runs
     for what, args in (("all facts", []), ("gather_subset=!all", ["-a", "gather_subset=!all"])):
         runs = adhoc(ctx, f"setup, {what}", SHIPPED, ["-m", "ansible.builtin.setup", *args])
         rows.append(timed_row(section, f"ansible ct400 -m setup ({what}), {SHIPPED.name}", runs))
+    inside["ansible ct400 -m trainops.pct_launch.tmux_session_info, as shipped"] = adhoc(
+        ctx, "tmux_session_info", SHIPPED, ["-m", "trainops.pct_launch.tmux_session_info"], ctx.repeat)
+    inside = {f"pct exec {MAIN_VMID} -- sh -c true (on the node)": exec_runs(ctx, "sh -c true"),
+              f"pct exec {MAIN_VMID} -- python3 -c pass (on the node)": exec_runs(ctx, "python3 -c pass"), **inside}
+    rows.extend(container_cpu_rows(ctx, section, inside))
     ctx.facts["overheads"] = facts
     return rows

@@ -98,7 +98,25 @@ def fleet_rows(facts: dict[str, object]) -> list[Row]:
     if costs:
         rows.append(Row(SECTION, f"controller per added container ({counts[0]} → {counts[-1]}, as shipped): CPU seconds",
                         " / ".join(costs), "memory (peak Pss) and wall: " + "; ".join(memory)))
+    rows.extend(inside_rows(facts, fleet, last))
     return rows
+
+
+def inside_rows(facts: dict[str, object], fleet: dict[str, list[Run]], last: int) -> list[Row]:
+    """The CPU used inside the containers per container at the largest count, against the controller's."""
+    measured = [(what, fleet[key][-1]) for key, what in (("parallel", "launcher"), ("launch_only", "launch_only.yml"), ("launch.yml", "launch.yml"))
+                if fleet.get(key) and fleet[key][-1].container_cpu is not None]
+    if not measured:
+        return []
+    raw = "; ".join(f"{what} {run.container_cpu:.1f} s in all, controller {1000 * run.cpu / run.hosts:.0f} ms per container"
+                    for what, run in measured)
+    single = facts.get("container cpu")
+    if isinstance(single, dict):
+        known = [f"{what.split(' (')[0].split(', ')[0]} {value:.0f} ms" for what, value in single.items() if isinstance(value, float)]
+        raw += ("; one command or module run in CT 400: " + ", ".join(known)) if known else ""
+    return [Row(SECTION, f"CPU per container inside the containers ({last} containers, delay 0.5 s, playbooks as shipped; cgroup counters): "
+                + " / ".join(what for what, dummy in measured),
+                " / ".join(f"{1000 * (run.container_cpu or 0) / run.hosts:.0f}" for dummy, run in measured) + " ms", raw)]
 
 
 def other_rows(facts: dict[str, object]) -> list[Row]:

@@ -108,7 +108,7 @@ def measure_all(ctx: Context, counts: list[int], launch_only: bool = False) -> l
     section(rows, "parallel launcher, delay 0", lambda: parallel_rows(ctx, counts, 0.0))
     section(rows, "fleet", lambda: fleet_rows(ctx, counts))
     optional(ctx, rows, "first launch into a fresh container", 45, lambda: first_launch_rows(ctx))
-    optional(ctx, rows, "what a run is made of", 30, lambda: overhead_rows(ctx))
+    optional(ctx, rows, "what a run is made of", 40, lambda: overhead_rows(ctx))
     optional(ctx, rows, "detection, 4 ranks", 15, lambda: fleet_death_rows(ctx))
     optional(ctx, rows, "launch.yml with pipelining off", 30, lambda: pipelining_off_rows(ctx))
     return rows
