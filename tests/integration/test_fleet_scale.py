@@ -503,7 +503,7 @@ def test_launch_only_into_prepared_containers(fleet: Fleet) -> None:
 def test_job_prepare_must_be_a_boolean(fleet: Fleet) -> None:
     run = fleet.launch("--limit", "ct700", "-e", "job_prepare=maybe")
     assert run.proc.returncode != 0, run.output
-    result = run.task("Check that job_prepare is a boolean")["ct700"]
+    result = run.task("Check that the job description is complete")["ct700"]
     assert result["status"] == "failed" and "job_prepare is 'maybe'" in result["msg"], result
     assert run.module_calls("ct700", LAUNCH, HANDLER) == 0 and run.pct_calls(700) == 0, "nothing launched"
 
