@@ -10,7 +10,6 @@ import os
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, allocate, held, locked
-from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_smi import gpus
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import probe, read_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec
@@ -20,6 +19,9 @@ def choose_gpus(spec: LaunchSpec, target: Target) -> list[dict[str, t.Any]]:
     """The GPUs this start gives the job (none without ``gpus``); raises JobError gpu_unavailable."""
     if spec.gpus is None:
         return []
+    # pylint: disable-next=import-outside-toplevel  # only a start that asks for GPUs lists them (_gpu_smi costs ~3 ms of import)
+    from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_smi import gpus
+
     seen = gpus(spec.nvidia_smi)
     if seen["nvidia_smi"] is None:
         raise JobError("gpu_unavailable", f"gpus is set, but {spec.nvidia_smi} is not found on this host: install the NVIDIA "

@@ -10,25 +10,26 @@ before the launch. Like the supervisor, this file imports nothing of the collect
 
 The caller builds the event (docs/job-life.md: ``log_tail`` holds the log's last ``notify_lines`` lines); it is sent
 as it is, as JSON, with the values JSON cannot hold as their str().
+
+``http.client``, ``ssl`` and ``urllib.request`` (about 18 ms of import, with the ``email`` package) are imported only
+for a ``notify_url``: by a ``Notifier`` that has one, not by the modules that only check the settings.
 """
 
 from __future__ import annotations
 
-import http.client
+import functools
 import json
 import os
 import queue
 import pwd
 import signal
 import socket
-import ssl
 import subprocess
 import threading
 import time
 import typing as t
 import urllib.error
 import urllib.parse
-import urllib.request
 
 STATES = ("started", "proven", "restarted", "stalled", "timeout", "finished", "failed")
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -44,16 +45,20 @@ _URL_HINT = "use an http:// or https:// URL"
 _COMMAND_PROBLEM = "Invalid notify_command: give a non-empty list of strings (the program and its arguments)"
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is a failure (HTTP status 3xx): urllib would turn the POST into a GET without the event."""
+@functools.lru_cache(maxsize=None)
+def _opener() -> t.Any:
+    """The opener of every POST, made once, at the first need (urllib.request is imported for a notify_url only)."""
+    import urllib.request  # pylint: disable=import-outside-toplevel  # only a webhook needs it
 
-    def redirect_request(self, req: t.Any, fp: t.Any, code: int, msg: str, headers: t.Any, newurl: str) -> None:
-        return None
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        """A redirect is a failure (HTTP status 3xx): urllib would turn the POST into a GET without the event."""
 
+        def redirect_request(self, req: t.Any, fp: t.Any, code: int, msg: str, headers: t.Any, newurl: str) -> None:
+            return None
 
-# No ProxyHandler from the environment: http_proxy, https_proxy and no_proxy of the supervisor (the job's launcher's
-# environment) must not send the event, and the token in its URL, anywhere else than to notify_url.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+    # No ProxyHandler from the environment: http_proxy, https_proxy and no_proxy of the supervisor (the job's launcher's
+    # environment) must not send the event, and the token in its URL, anywhere else than to notify_url.
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
 def now() -> str:
@@ -165,6 +170,9 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 def _error_cause(exc: BaseException) -> str:
     """The cause of a failed POST from the error's kind and the system's words, never from its text (it may hold the URL)."""
+    import http.client  # pylint: disable=import-outside-toplevel  # only a webhook needs them
+    import ssl  # pylint: disable=import-outside-toplevel
+
     exc = _unwrap(exc)
     if isinstance(exc, socket.timeout):
         return f"no answer within {URL_TIMEOUT:g} s"
@@ -179,10 +187,13 @@ def _error_cause(exc: BaseException) -> str:
 
 def _post_once(url: str, data: bytes) -> tuple[str | None, bool]:
     """One POST: (None, False) for a status 200-299, else the cause and whether a retry may help."""
+    import http.client  # pylint: disable=import-outside-toplevel  # only a webhook needs them
+    import urllib.request  # pylint: disable=import-outside-toplevel
+
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
     request = urllib.request.Request(url, data=data, headers=headers, method="POST")
     try:
-        with _OPENER.open(request, timeout=URL_TIMEOUT):
+        with _opener().open(request, timeout=URL_TIMEOUT):
             return None, False
     except urllib.error.HTTPError as exc:
         if getattr(exc, "fp", None) is not None:
@@ -206,6 +217,11 @@ class Notifier:
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
         self._procs: dict[subprocess.Popen, str] = {}  # the commands running, with their event
+        if self.url is not None:
+            try:
+                _opener()  # urllib's imports now, in the supervisor's thread, not with the first event
+            except Exception:  # pylint: disable=broad-exception-caught  # a notification never harms the job
+                pass
 
     def send(self, event: t.Mapping[str, t.Any]) -> None:
         """Deliver ``event`` (after the events sent before it) when its ``event`` is in ``notify_states``; returns at once, never raises."""
