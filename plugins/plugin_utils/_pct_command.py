@@ -81,6 +81,7 @@ class PctTarget:
     node_become_exe: str = DEFAULT_BECOME_EXE
     ssh_executable: str = "ssh"
     ssh_args: tuple[str, ...] = ()
+    ssh_control: tuple[str, ...] = ()
     timeout: int = 10
 
     @property
@@ -150,6 +151,23 @@ def parse_ssh_args(value: object) -> tuple[str, ...]:
     raise PctOptionError(f"Invalid pct_ssh_args {value!r}: expected a string or a list of strings")
 
 
+def ssh_control_args(persist: object, path_dir: object) -> tuple[str, ...]:
+    """ssh's connection sharing: ``-o ControlMaster=auto -o ControlPersist=P -o ControlPath=DIR/pct-%C``.
+
+    ``persist`` is ssh's ControlPersist (``60s``, ``10m``, seconds); empty, ``no`` or ``0`` shares nothing (no
+    options). ``%C`` is ssh's hash of the local host, node, port and user: two nodes or users never share.
+    """
+    text = "" if persist is None else str(persist).strip()
+    if text.lower() in ("", "no", "false", "0"):
+        return ()
+    if not re.fullmatch(r"[0-9]+[smhdwSMHDW]?|yes", text):
+        raise PctOptionError(f"Invalid pct_ssh_control_persist {text!r}: expected ssh's ControlPersist time (60s, 10m, 300) or no")
+    folder = os.path.expanduser(str(path_dir or "~/.ansible/cp"))
+    if not folder or re.search(r"[\s\"'%]", folder):
+        raise PctOptionError(f"Invalid pct_ssh_control_path_dir {folder!r}: expected a folder without spaces, quotes or %")
+    return ("-o", "ControlMaster=auto", "-o", f"ControlPersist={text}", "-o", f"ControlPath={folder}/pct-%C")
+
+
 def clean_environment(user: str, home: str | None) -> dict[str, str]:
     """Login-like environment for ``pct``; it is what the container's command sees (pct keeps it)."""
     env = {"PATH": CLEAN_PATH, "LANG": LANG, "LOGNAME": user, "USER": user}
@@ -209,7 +227,8 @@ def ssh_argv(target: PctTarget, remote_line: str) -> list[str]:
         argv += ["-o", "HostName=" + target.node_address.replace("%", "%%")]
     if target.node_user:
         argv += ["-l", target.node_user]
-    argv += [*target.ssh_args, target.node, "--", remote_line]
+    # ssh_args first: for each option ssh takes the first value given, so the user's win over the sharing defaults.
+    argv += [*target.ssh_args, *target.ssh_control, target.node, "--", remote_line]
     return argv
 
 

@@ -52,9 +52,13 @@ class ContainerNotRunning(AnsibleConnectionFailure):
     """pct or lxc-attach said the container is not running: it is stopped (or stopping), not unreachable."""
 
 
+# ssh's note when two calls race to open the shared connection: the call goes on unshared, nothing failed.
+_SSH_MUX_NOTE = re.compile(r"^ControlSocket .* already exists, disabling multiplexing$")
+
+
 def _detail(text: str) -> str:
-    """The last non-empty stderr lines, shortened for a message."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """The last non-empty stderr lines (without ssh's notes about sharing), shortened for a message."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not _SSH_MUX_NOTE.match(line.strip())]
     detail = " | ".join(lines[-3:])
     if len(detail) > _MAX_DETAIL:
         detail = "..." + detail[-_MAX_DETAIL:]
@@ -106,6 +110,10 @@ def _ssh_cause(target: PctTarget, text: str) -> str:
                 "(IdentityFile, -i in pct_ssh_args, or the agent) is authorized there; ssh runs with BatchMode=yes, so no password prompt")
     if _SSH_CONNECT.search(text):
         return (f"{node} cannot be reached: {detail}; check that it is up "
+                "and that pct_node, pct_node_address or the ssh configuration (HostName, Port, ProxyJump) point to it")
+    if not detail and target.ssh_control:
+        # a call through a shared connection (ControlMaster) whose master lost the node: the client says nothing
+        return (f"{node} cannot be reached: the shared ssh connection to it ended without a message; check that it is up "
                 "and that pct_node, pct_node_address or the ssh configuration (HostName, Port, ProxyJump) point to it")
     return detail or "no error message"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -88,6 +89,30 @@ class StandinNode:
         """Destroy every container this fixture created."""
         for vmid in self.created:
             self.pct("destroy", vmid, "--force")
+
+
+@pytest.fixture(autouse=True)
+def shared_ssh_per_test() -> Iterator[Path]:
+    """The pct connection's shared ssh connections (pct_ssh_control_persist, on as shipped) live for one test.
+
+    As shipped, a run reuses the connection another run left open to the same node and user for 60 s, without a
+    new handshake: a test that breaks the node's keys or address must not reuse an earlier test's. So every test
+    gets its own folder (ANSIBLE_PCT_SSH_CONTROL_PATH_DIR, short: a socket path has at most 107 bytes), and the
+    connections left in it are closed after the test.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="cp-", dir="/tmp"))
+    previous = os.environ.get("ANSIBLE_PCT_SSH_CONTROL_PATH_DIR")
+    os.environ["ANSIBLE_PCT_SSH_CONTROL_PATH_DIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if previous is None:
+            os.environ.pop("ANSIBLE_PCT_SSH_CONTROL_PATH_DIR", None)
+        else:
+            os.environ["ANSIBLE_PCT_SSH_CONTROL_PATH_DIR"] = previous
+        for socket in folder.glob("pct-*"):
+            subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "shared-connection"], capture_output=True, timeout=30, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -238,7 +238,7 @@ class Playbooks:
         """
         job_file = self.folder / f"job-{uuid.uuid4().hex[:8]}.json"
         job_file.write_text(json.dumps(job), encoding="utf-8")
-        kept = ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH")
+        kept = ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH", "ANSIBLE_PCT_SSH_CONTROL_PATH_DIR")
         run_env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_") or key in kept}
         run_env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="0", ANSIBLE_RETRY_FILES_ENABLED="0",
                        ANSIBLE_PIPELINING="1", ANSIBLE_CALLBACK_PLUGINS=str(CALLBACK_DIR), ANSIBLE_CALLBACKS_ENABLED="trainops_results",

@@ -350,7 +350,7 @@ class Fleet:
 
     def env(self, results: Path, **extra: str) -> dict[str, str]:
         """Ansible's environment: no ANSIBLE_* of the caller (so no pipelining setting), the results callback."""
-        kept = ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH")
+        kept = ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH", "ANSIBLE_PCT_SSH_CONTROL_PATH_DIR")
         env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_") or key in kept}
         env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="0", ANSIBLE_RETRY_FILES_ENABLED="0",
                    ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.control_dir), ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS),

@@ -38,6 +38,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 import typing as t
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,7 +92,12 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 def _remove_user() -> None:
     SUDOERS.unlink(missing_ok=True)
     if _run("getent", "passwd", USER).returncode == 0:
-        removed = _run("userdel", "--remove", USER)
+        # the sshd session of a shared ssh connection (closed after each test) may take a moment to end
+        for _attempt in range(50):
+            removed = _run("userdel", "--remove", USER)
+            if removed.returncode != 8:  # 8: the user is logged in
+                break
+            time.sleep(0.2)
         assert removed.returncode in (0, 12), removed.stderr  # 12: the home folder could not be removed entirely
 
 

@@ -79,7 +79,7 @@ class Runner:
 
     def env(self, results: Path) -> dict[str, str]:
         """The environment of an Ansible run: host key checking at its default (on)."""
-        kept = ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH")
+        kept = ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH", "ANSIBLE_PCT_SSH_CONTROL_PATH_DIR")
         env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_") or key in kept}
         env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="0", ANSIBLE_RETRY_FILES_ENABLED="0",
                    ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.cp_dir), ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS),
@@ -500,7 +500,7 @@ def test_errors_name_node_and_container(fleet: RemoteNodes, runner: Runner, tmp_
 
 
 def test_control_persist(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> None:
-    """The connection works with the user's ControlMaster/ControlPersist; prints its effect on 5 sequential pings.
+    """The connection shares ssh connections as shipped, works with the user's own ControlPersist; prints the effect on 5 pings.
 
     With pipelining, as examples/remote/inventory.yml sets it: one ssh connection per ping.
     """
@@ -511,11 +511,14 @@ def test_control_persist(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> 
     tasks = [{**clock, "name": "Start"}] + [{"name": f"Ping {n}", "ansible.builtin.ping": {}} for n in range(1, 6)] + [{**clock, "name": "End"}]
     plain = f"-F {fleet.ssh_config}"
     persist = f"{plain} -o ControlMaster=auto -o ControlPersist=60 -o ControlPath={control_path}"
+    shipped_path = f"{control_dir}/shipped"
     seconds: dict[str, float] = {}
     try:
-        for label, ssh_args in (("plain", plain), ("ControlPersist", persist)):
+        for label, ssh_args, sharing in (("plain", plain, {"pct_ssh_control_persist": "no"}),
+                                         ("as shipped", plain, {"pct_ssh_control_path_dir": shipped_path}),
+                                         ("ControlPersist", persist, {})):
             inventory = write_inventory(tmp_path / f"inventory-{label}.yml", fleet.ssh_config, {"ct320": {"pct_vmid": CT_A, "pct_node": "pve-a"}},
-                                        nodes=(), container_vars={"pct_ssh_args": ssh_args, "ansible_pipelining": pipelining})
+                                        nodes=(), container_vars={"pct_ssh_args": ssh_args, "ansible_pipelining": pipelining, **sharing})
             proc, results = runner.play(inventory, tasks)
             assert proc.returncode == 0, output(proc)
             assert all(task_result(results, f"Ping {n}", "ct320")["ping"] == "pong" for n in range(1, 6))
@@ -524,9 +527,16 @@ def test_control_persist(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> 
         check = subprocess.run(["ssh", "-F", str(fleet.ssh_config), "-o", f"ControlPath={control_path}", "-O", "check", "pve-a"],
                                capture_output=True, text=True, timeout=30, check=False)
         assert check.returncode == 0, f"no ControlPersist master for pve-a: {check.stderr}"
+        # as shipped, the connection shares one itself (pct_ssh_control_persist 60s), in pct_ssh_control_path_dir
+        check = subprocess.run(["ssh", "-F", str(fleet.ssh_config), "-o", f"ControlPath={shipped_path}/pct-%C", "-O", "check", "pve-a"],
+                               capture_output=True, text=True, timeout=30, check=False)
+        assert check.returncode == 0, f"no master of the shipped default for pve-a: {check.stderr}"
+        assert (Path(shipped_path).stat().st_mode & 0o777) == 0o700
     finally:
-        subprocess.run(["ssh", "-F", str(fleet.ssh_config), "-o", f"ControlPath={control_path}", "-O", "exit", "pve-a"],
-                       capture_output=True, timeout=30, check=False)
+        for path in (control_path, f"{shipped_path}/pct-%C"):
+            subprocess.run(["ssh", "-F", str(fleet.ssh_config), "-o", f"ControlPath={path}", "-O", "exit", "pve-a"],
+                           capture_output=True, timeout=30, check=False)
         shutil.rmtree(control_dir, ignore_errors=True)
-    print(f"\n5 sequential pings (pipelining {pipelining}): plain ssh {seconds['plain']:.2f} s, "
-          f"ControlPersist {seconds['ControlPersist']:.2f} s, ratio {seconds['plain'] / seconds['ControlPersist']:.2f}")
+    print(f"\n5 sequential pings (pipelining {pipelining}): plain ssh (pct_ssh_control_persist no) {seconds['plain']:.2f} s, "
+          f"as shipped {seconds['as shipped']:.2f} s, the user's ControlPersist {seconds['ControlPersist']:.2f} s, "
+          f"ratio plain / shipped {seconds['plain'] / seconds['as shipped']:.2f}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -399,8 +400,11 @@ def test_remote_exec_goes_through_ssh_with_clean_env(remote: Any, fake: Fake) ->
     rc, out, dummy = remote.exec_command("printf %s \"$LANG\"", in_data=b"")
     assert (rc, out) == (0, b"C.UTF-8")
     ssh = fake.argv("ssh_argv.bin")
-    assert ssh[:10] == [os.fsencode(str(fake.ssh)), b"-T", b"-o", b"BatchMode=yes", b"-o", b"ConnectTimeout=10", b"-l", b"root", b"pve1", b"--"]
-    assert len(ssh) == 11
+    assert ssh[:8] == [os.fsencode(str(fake.ssh)), b"-T", b"-o", b"BatchMode=yes", b"-o", b"ConnectTimeout=10", b"-l", b"root"]
+    # shared by default, as Ansible's own ssh connection: ControlPersist 60 s, a socket per node and user in ~/.ansible/cp
+    assert ssh[8:14] == [b"-o", b"ControlMaster=auto", b"-o", b"ControlPersist=60s", b"-o",
+                         os.fsencode("ControlPath=" + os.path.expanduser("~/.ansible/cp") + "/pct-%C")]
+    assert ssh[14:16] == [b"pve1", b"--"] and len(ssh) == 17
     assert fake.argv()[1:] == [b"exec", b"200", b"--keep-env", b"1", b"--", b"/bin/sh", b"-c", b"printf %s \"$LANG\""]
     call = fake.call()
     assert call["env"] == {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", "HOME": "/root", "LOGNAME": "root", "USER": "root"}
@@ -443,7 +447,47 @@ def test_ssh_args_and_timeout_options(fake: Fake) -> None:
                    pct_ssh_args="-o 'UserKnownHostsFile=/k h' -p 2222", pct_timeout=3)
     conn.exec_command("true")
     ssh = fake.argv("ssh_argv.bin")
-    assert ssh[1:11] == [b"-T", b"-o", b"BatchMode=yes", b"-o", b"ConnectTimeout=3", b"-o", b"UserKnownHostsFile=/k h", b"-p", b"2222", b"pve1"]
+    assert ssh[1:10] == [b"-T", b"-o", b"BatchMode=yes", b"-o", b"ConnectTimeout=3", b"-o", b"UserKnownHostsFile=/k h", b"-p", b"2222"]
+    assert ssh[10:12] == [b"-o", b"ControlMaster=auto"] and ssh[16] == b"pve1"
+
+
+def test_ssh_control_persist_options(fake: Fake, tmp_path: Path) -> None:
+    base = {"pct_vmid": 200, "pct_node": "pve1", "pct_ssh_executable": str(fake.ssh), "pct_path": str(fake.pct)}
+    folder = tmp_path / "cp" / "sub"
+    conn = connect(**base, pct_ssh_control_persist="10m", pct_ssh_control_path_dir=str(folder))
+    conn.exec_command("true")
+    ssh = fake.argv("ssh_argv.bin")
+    assert ssh[6:12] == [b"-o", b"ControlMaster=auto", b"-o", b"ControlPersist=10m", b"-o", os.fsencode(f"ControlPath={folder}/pct-%C")]
+    assert folder.is_dir() and folder.stat().st_mode & 0o777 == 0o700
+    # the user's own options come first, so ssh takes them (the first value of an option wins)
+    conn = connect(**base, pct_ssh_args="-o ControlMaster=no")
+    conn.exec_command("true")
+    ssh = fake.argv("ssh_argv.bin")
+    assert ssh.index(b"ControlMaster=no") < ssh.index(b"ControlMaster=auto")
+    for off in ("no", "", "0"):
+        conn = connect(**base, pct_ssh_control_persist=off)
+        conn.exec_command("true")
+        assert not any(arg.startswith(b"Control") for arg in fake.argv("ssh_argv.bin")), off
+
+
+@pytest.mark.parametrize(("host_vars", "message"), [
+    ({"pct_ssh_control_persist": "forever"}, "Invalid pct_ssh_control_persist 'forever': expected ssh's ControlPersist time"),
+    ({"pct_ssh_control_path_dir": "/a b"}, "Invalid pct_ssh_control_path_dir '/a b': expected a folder without spaces"),
+    ({"pct_ssh_control_path_dir": "/a%h"}, "Invalid pct_ssh_control_path_dir '/a%h'"),
+])
+def test_ssh_control_invalid(fake: Fake, host_vars: dict[str, str], message: str) -> None:
+    conn = connect(pct_vmid=200, pct_node="pve1", pct_ssh_executable=str(fake.ssh), pct_path=str(fake.pct), **host_vars)
+    with pytest.raises(AnsibleError, match="^Cannot use the pct connection for host .*: " + re.escape(message)):
+        conn.exec_command("true")
+    assert not (fake.state / "ssh_argv.bin").exists()
+
+
+def test_ssh_control_folder_that_cannot_be_made_shares_nothing(fake: Fake, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    conn = connect(pct_vmid=200, pct_node="pve1", pct_ssh_executable=str(fake.ssh), pct_path=str(fake.pct),
+                   pct_ssh_control_path_dir=str(tmp_path / "file" / "cp"))
+    assert conn.exec_command("true")[0] == 0
+    assert not any(arg.startswith(b"Control") for arg in fake.argv("ssh_argv.bin"))
 
 
 def test_invalid_node_is_rejected(fake: Fake) -> None:

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from ansible.errors import AnsibleConnectionFailure
 
@@ -92,12 +94,22 @@ def test_ssh_failure_only_for_remote_nodes() -> None:
         (b"ssh_dispatch_run_fatal: Connection to 127.0.0.21 port 22: Broken pipe\r\n",
          "node pve1 cannot be reached: ssh_dispatch_run_fatal: Connection to 127.0.0.21 port 22: Broken pipe; check"),
         (b"something else\n", "(exit status 255): something else"),
+        # two calls raced to open the shared connection: ssh's note is not the cause
+        (b"ControlSocket /root/.ansible/cp/pct-0a1b already exists, disabling multiplexing\r\nPermission denied (publickey).\r\n",
+         "ssh could not log in to node pve1: Permission denied (publickey); check"),
         (b"", "(exit status 255): no error message"),
     ],
 )
 def test_ssh_failure_kinds(stderr: bytes, expected: str) -> None:
     cause = diagnose(REMOTE, 255, stderr)
     assert cause is not None and expected in cause
+
+
+def test_shared_connection_lost_is_a_node_that_cannot_be_reached() -> None:
+    shared = dataclasses.replace(REMOTE, ssh_control=("-o", "ControlMaster=auto"))
+    cause = diagnose(shared, 255, b"")
+    assert cause is not None and "node pve1 cannot be reached: the shared ssh connection to it ended without a message" in cause
+    assert "no error message" in (diagnose(REMOTE, 255, b"") or "")  # without sharing an empty stderr says nothing more
 
 
 @pytest.mark.parametrize("stderr", [b"env: 'pct': No such file or directory\n", "env: \u2018pct\u2019: No such file or directory\n".encode()])
