@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from bench_env import FRESH_VMID, MAIN_NODE, MAIN_VMID, NODE_VMIDS, PERSIST, PIPELINING_OFF, SHIPPED, Context, Run, median
+from bench_env import FRESH_VMID, MAIN_NODE, MAIN_VMID, NODE_VMIDS, NO_SHARE, PERSIST, PIPELINING_OFF, SHIPPED, Context, Run, median
 from bench_setup import JOB_FILE, log, run_on_nodes
 
 PATTERN_PY = r"^step \d+ loss"
@@ -222,7 +222,7 @@ def launch_runs(ctx: Context, delay: float, whole: bool = True) -> dict[str, lis
 
     A re-launch: the container is prepared (the warm-up ran launch.yml there, so the roles find nothing to do),
     the job's session is ended first, and launch.yml runs with job_prepare at its default, as shipped. At delay 0
-    also an idempotent re-run (the job runs); at 0.5 s also a re-launch with ControlPersist (masters open).
+    also an idempotent re-run (the job runs); at 0.5 s also a re-launch with the ssh masters open, and one without sharing.
     """
     ctx.set_delay(delay)
     job, base, tag = job_vars(ctx, "bench", JOB_COMMAND), baseline_job("base"), f"delay {delay:g}"
@@ -246,6 +246,9 @@ def launch_runs(ctx: Context, delay: float, whole: bool = True) -> dict[str, lis
             stop_sessions(ctx, "bench", MAIN)
             runs["launch.yml re-launch, ControlPersist"] = [
                 checked(ctx.playbook(f"launch.yml re-launch ControlPersist {tag}", LAUNCH, MAIN, PERSIST, job, warm=True))]
+            stop_sessions(ctx, "bench", MAIN)
+            runs["launch.yml re-launch, no sharing"] = [
+                checked(ctx.playbook(f"launch.yml re-launch no sharing {tag}", LAUNCH, MAIN, NO_SHARE, job))]
     stop_sessions(ctx, "bench", MAIN)
     ctx.facts[f"single {delay:g}"] = runs
     return runs
@@ -290,7 +293,8 @@ def wall_rows(runs: dict[str, list[Run]], delay: float) -> list[Row]:
     for key, what in [("launch-only", f"benchmarks/launch_only.yml, {SHIPPED.name}"),
                       ("launch-only re-run", "launch_only.yml, idempotent re-run"),
                       ("launch.yml re-launch", f"whole playbooks/launch.yml, re-launch into a prepared container, {SHIPPED.name}"),
-                      ("launch.yml re-launch, ControlPersist", f"the same, {PERSIST.name} (masters open)")]:
+                      ("launch.yml re-launch, ControlPersist", f"the same, {PERSIST.name}"),
+                      ("launch.yml re-launch, no sharing", f"the same, {NO_SHARE.name}")]:
         if key not in runs:
             continue
         walls = [run.seconds for run in runs[key]]

@@ -56,17 +56,22 @@ class Config:
 
     name: str
     pipelining: bool | None  # None: ANSIBLE_PIPELINING unset, the pct connection's own default (on) applies
-    pct_persist: bool  # ControlPersist for the pct connection's ssh to the node
+    pct_persist: bool  # the user's own ControlPersist in pct_ssh_args (its masters opened before the run)
     ssh_persist: bool  # ControlPersist for tasks delegated to the node (Ansible's ssh default: on)
+    pct_share: bool = True  # the pct connection's own sharing (pct_ssh_control_persist, default 60s)
 
 
 # As shipped: the shipped playbooks with the inventory the READMEs show and the pct connection's defaults:
-# pipelining on (ANSIBLE_PIPELINING unset), one ssh connection per pct call (no ControlPersist in
-# pct_ssh_args), Ansible's own ssh connection with its default ControlPersist for tasks delegated to a node.
+# pipelining on (ANSIBLE_PIPELINING unset), one ssh connection per node shared by the run's pct calls
+# (pct_ssh_control_persist 60s; its sockets in the work folder, pct_ssh_control_path_dir, so that each run
+# starts cold), Ansible's own ssh connection with its default ControlPersist for tasks delegated to a node.
 SHIPPED = Config("as shipped", pipelining=None, pct_persist=False, ssh_persist=True)
-# The same with ControlPersist in pct_ssh_args (one ControlPath per node, shared by both connections), as the
-# commented lines of examples/remote/inventory.yml show; the runs that use it open the masters first.
-PERSIST = Config("as shipped + ControlPersist for the pct connection", pipelining=None, pct_persist=True, ssh_persist=True)
+# The same with the masters open before the run (ControlPersist in pct_ssh_args, one ControlPath per node),
+# as a run within 60 s of an earlier one finds them.
+PERSIST = Config("as shipped, ssh masters open", pipelining=None, pct_persist=True, ssh_persist=True)
+# No sharing (pct_ssh_control_persist: no): a new ssh connection for every pct call, the default before.
+NO_SHARE = Config("pct_ssh_control_persist: no (a new ssh connection per pct call)", pipelining=None, pct_persist=False,
+                  ssh_persist=True, pct_share=False)
 # Pipelining off: the configuration of the runs before the pct connection pipelined by default.
 PIPELINING_OFF = Config("pipelining off (ansible_pipelining: false)", pipelining=False, pct_persist=False, ssh_persist=True)
 
@@ -322,6 +327,8 @@ class Context:
         self.repeat = repeat
         self.nodes = {name: Node(name, address, ssh_config) for name, address in NODE_ADDRESSES.items()}
         self.control_path = str(workdir / "cp-%C")
+        # the pct connection's own shared connections (as shipped): ControlPath {shared_dir}/pct-%C
+        self.shared_dir = str(workdir / "shared-cp")
         self.runs = 0
         self.container_cpu = ContainerCpu()
         # Runs and figures the summary at the top of the table picks from the sections.
@@ -352,18 +359,20 @@ class Context:
         """The pids of the persistent ssh connections that are open (ssh -O check)."""
         pids = []
         for node in self.nodes.values():
-            proc = subprocess.run(["ssh", "-F", self.ssh_config, "-o", f"ControlPath={self.control_path}", "-O", "check", node.name],
-                                  capture_output=True, text=True, check=False, timeout=30)
-            found = re.search(r"pid=([0-9]+)", proc.stderr)
-            if proc.returncode == 0 and found:
-                pids.append(int(found.group(1)))
+            for path in (self.control_path, f"{self.shared_dir}/pct-%C"):
+                proc = subprocess.run(["ssh", "-F", self.ssh_config, "-o", f"ControlPath={path}", "-O", "check", node.name],
+                                      capture_output=True, text=True, check=False, timeout=30)
+                found = re.search(r"pid=([0-9]+)", proc.stderr)
+                if proc.returncode == 0 and found:
+                    pids.append(int(found.group(1)))
         return pids
 
     def close_masters(self) -> None:
         """End the persistent ssh connections, so that the next run starts cold."""
         for node in self.nodes.values():
-            subprocess.run(["ssh", "-F", self.ssh_config, "-o", f"ControlPath={self.control_path}", "-O", "exit", node.name],
-                           capture_output=True, check=False, timeout=30)
+            for path in (self.control_path, f"{self.shared_dir}/pct-%C"):
+                subprocess.run(["ssh", "-F", self.ssh_config, "-o", f"ControlPath={path}", "-O", "exit", node.name],
+                               capture_output=True, check=False, timeout=30)
 
     def inventory(self, hosts: Sequence[tuple[int, str]], config: Config) -> Path:
         """Write an inventory: the nodes (group nodes) and containers ctVMID (group training).
@@ -385,11 +394,12 @@ class Context:
             "training": {
                 "hosts": {f"ct{vmid}": {"pct_vmid": vmid, "pct_node": node} for vmid, node in hosts},
                 "vars": {"ansible_connection": "trainops.pct_launch.pct", "pct_ssh_args": pct_ssh,
-                         "ansible_python_interpreter": "/usr/bin/python3"},
+                         "pct_ssh_control_persist": "60s" if config.pct_share else "no",
+                         "pct_ssh_control_path_dir": self.shared_dir, "ansible_python_interpreter": "/usr/bin/python3"},
             },
         }
         pipelining = "d" if config.pipelining is None else f"{config.pipelining:d}"
-        path = self.workdir / f"inventory-{len(hosts)}-{pipelining}{config.pct_persist:d}{config.ssh_persist:d}.json"
+        path = self.workdir / f"inventory-{len(hosts)}-{pipelining}{config.pct_persist:d}{config.ssh_persist:d}{config.pct_share:d}.json"
         path.write_text(json.dumps(data, indent=1), encoding="utf-8")
         return path
 

@@ -4,8 +4,8 @@
 
 The parallel launcher is benchmarks/parallel_launch.sh: baseline_launch.sh for every container at once
 (``xargs -P``), through one persistent ssh connection per node opened before the run. The playbooks run
-with forks 32 as shipped (one ssh per pct call) and with ControlPersist for the pct connection (masters
-opened before the run). Each run records the controller's CPU (user + system of the command, its
+with forks 32 as shipped (the pct connection shares one ssh connection per node; each run starts with none
+open) and with the masters opened before the run. Each run records the controller's CPU (user + system of the command, its
 descendants and the ssh masters), its peak memory (summed Pss of its process tree) and the CPU used inside
 its containers (the sum of their cgroup counters' increase during the run: Python modules, sh, tmux, the job's
 start).
@@ -41,9 +41,9 @@ PARALLEL = Variant("parallel", "hand-written parallel launcher (xargs -P, master
 FLEET = (
     PARALLEL,
     Variant("launch_only", f"launch_only.yml, {SHIPPED.name}", LAUNCH_ONLY, SHIPPED, False),
-    Variant("launch_only persist", "launch_only.yml, + ControlPersist (masters open)", LAUNCH_ONLY, PERSIST, True),
+    Variant("launch_only persist", "launch_only.yml, as shipped, ssh masters open", LAUNCH_ONLY, PERSIST, True),
     Variant("launch.yml", f"whole launch.yml, re-launch, {SHIPPED.name}", LAUNCH, SHIPPED, False),
-    Variant("launch.yml persist", "whole launch.yml, re-launch, + ControlPersist (masters open)", LAUNCH, PERSIST, True, every_count=False),
+    Variant("launch.yml persist", "whole launch.yml, re-launch, as shipped, ssh masters open", LAUNCH, PERSIST, True, every_count=False),
 )
 
 
@@ -207,8 +207,8 @@ def breakdown_rows(section: str, run: Run, persist: Run | None) -> list[Row]:
     rows.append(Row(section, "forks: starting the workers, one after another in the main process (within the tasks above)",
                     seconds(dispatch), f"{share(dispatch, run)}; {workers} workers, {1000 * dispatch / max(workers, 1):.0f} ms each"))
     if persist is not None:
-        rows.append(Row(section, "ssh connects (as shipped one per pct call and per query of the node, such as gpu_info's), "
-                        "against masters open", f"{run.seconds - persist.seconds:.2f} s wall, {run.cpu - persist.cpu:.1f} s CPU",
+        rows.append(Row(section, "ssh connects (as shipped one per node and worker that finds no master yet: the first "
+                        "calls of a cold run, at once), against masters open", f"{run.seconds - persist.seconds:.2f} s wall, {run.cpu - persist.cpu:.1f} s CPU",
                         f"{len(run.calls)} pct calls; as shipped {run.seconds:.2f} s, CPU {run.cpu:.1f} s; "
                         f"masters open {persist.seconds:.2f} s, CPU {persist.cpu:.1f} s"))
     return rows

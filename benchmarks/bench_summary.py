@@ -47,7 +47,10 @@ def single_rows(facts: dict[str, object]) -> list[Row]:
         raw = f"{walls(half['launch.yml re-launch']):.2f} s / {reference:.2f} s"
         persist = half.get("launch.yml re-launch, ControlPersist")
         if persist:
-            raw += f"; + ControlPersist (masters open) {ratio(persist[-1].seconds, reference)} ({persist[-1].seconds:.2f} s)"
+            raw += f"; ssh masters open {ratio(persist[-1].seconds, reference)} ({persist[-1].seconds:.2f} s)"
+        unshared = half.get("launch.yml re-launch, no sharing")
+        if unshared:
+            raw += f"; pct_ssh_control_persist: no {ratio(unshared[-1].seconds, reference)} ({unshared[-1].seconds:.2f} s)"
         if isinstance(zero, dict) and "launch.yml re-launch" in zero:
             raw += f"; delay 0: {ratio(walls(zero['launch.yml re-launch']), walls(zero['baseline']))}"
         rows.append(Row(SECTION, "re-launch, whole `launch.yml` / hand-written script, one container, `pct` delay 0.5 s",
@@ -72,7 +75,7 @@ def fleet_rows(facts: dict[str, object]) -> list[Row]:
         result = [f"{ratio(shipped[-1].seconds, floor.seconds)} as shipped"] if shipped else []
         raw = [f"{shipped[-1].seconds:.2f} s"] if shipped else []
         if persist:
-            result.append(f"{ratio(persist[-1].seconds, floor.seconds)} ControlPersist")
+            result.append(f"{ratio(persist[-1].seconds, floor.seconds)} masters open")
             raw.append(f"{persist[-1].seconds:.2f} s")
         return " / ".join(result), " / ".join(raw) + f" against {floor.seconds:.2f} s"
 
