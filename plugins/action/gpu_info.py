@@ -121,9 +121,6 @@ class ActionModule(ActionBase):
     def _node_reach(self, argv: list[str]) -> list[str] | None:
         """The controller's argv that runs ``argv`` on the node (ssh, user, port, node name), or None when unknown."""
         try:
-            build = getattr(self._connection, "node_command_argv", None)
-            if callable(build):
-                return [str(arg) for arg in build(argv)]
             target = getattr(self._connection, "target", None)
             if not isinstance(target, PctTarget):
                 return None
