@@ -25,6 +25,16 @@ def pid_alive(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
 
 
+def zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended and waits for its parent to reap it (False when ``/proc`` cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] in (b"Z", b"X")
+
+
 def _entry(name: str) -> t.Optional[t.Tuple[int, str, int, int, bytes]]:
     try:
         with open(f"/proc/{name}/stat", "rb") as handle:

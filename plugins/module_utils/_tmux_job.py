@@ -26,6 +26,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history i
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stage import stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import group_alive, stop
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target, check_room, preflight
+from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import zombie
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Before, facts_of, probe, read_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import (
     LaunchSpec,
@@ -120,7 +121,7 @@ def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
         time.sleep(TICK)
     pgid = (read_text(pgid_file) or "").strip()
     # a job already over (its group gone): its supervisor writes the record in a moment, unless it restarts the job
-    while pgid.isdigit() and not group_alive(int(pgid)) and read_exit_record(log, spec.run_dir) is None \
+    while _attempt_over(pgid) and read_exit_record(log, spec.run_dir) is None \
             and not _restarting(spec.run_dir, pgid_file, pgid) and time.monotonic() < deadline:
         time.sleep(TICK / 10)
     facts = {"state": "running", "job_pgid": pgid}
@@ -128,6 +129,11 @@ def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
     if record is not None:  # this launch's (the start rotated or removed any earlier one): the supervisor is ending
         facts.update(state="finished", exit_status=record.get("exit_status", ""))
     return facts
+
+
+def _attempt_over(pgid: str) -> bool:
+    """Whether the job's attempt ``pgid`` ended: its group is gone, or its leader is a zombie not yet reaped."""
+    return pgid.isdigit() and (not group_alive(int(pgid)) or zombie(int(pgid)))
 
 
 def _restarting(run_dir: str, pgid_file: str, pgid: str) -> bool:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _job_stage, _tmux_cli
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _job_stage, _tmux_cli, _tmux_job
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
@@ -405,6 +405,25 @@ def test_a_job_that_ended_in_a_dead_pane_is_finished(host: Host) -> None:
     assert record is not None and record["exit_status"] == "3"
     assert launch(spec, True)["before_state"] == "finished", "the next probe calls it finished"
     assert (facts["state"], facts.get("exit_status")) == ("finished", "3"), facts
+
+
+def test_an_attempt_is_over_once_its_leader_is_a_zombie_not_yet_reaped() -> None:
+    # Regression (found by CI, fixed): _wait_started stopped waiting for the exit record as soon as the job's group
+    # answered killpg(0), which a zombie leader does: between the job's end and its supervisor's reap the start said
+    # state=running with no exit record (test_a_job_that_ended_in_a_dead_pane_is_finished failed 1 time in 20).
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert not _tmux_job._attempt_over(str(proc.pid)), "a running leader: not over"
+    finally:
+        proc.kill()
+    deadline = time.monotonic() + 10
+    while not _tmux_job._attempt_over(str(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert os.path.exists(f"/proc/{proc.pid}"), "still unreaped"
+    assert _tmux_job._attempt_over(str(proc.pid)), "a zombie leader: over"
+    proc.wait()
+    assert _tmux_job._attempt_over(str(proc.pid)), "its group gone: over"
+    assert not _tmux_job._attempt_over(""), "no pgid file yet: nothing to wait for"
 
 
 def test_source_of_is_the_text_of_each_staged_module() -> None:
