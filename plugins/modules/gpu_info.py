@@ -30,6 +30,9 @@ description:
   - It only reads; no GPU and no C(nvidia-smi) is not an error (RV(gpus) is empty).
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.attributes
+  - trainops.pct_launch.attributes.info_module
+  - trainops.pct_launch.attributes.action
 options:
   gpus:
     description:
@@ -60,20 +63,9 @@ options:
     default: 512
 attributes:
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
     details:
       - The action asks the Proxmox VE node for its view (a container of the C(trainops.pct_launch.pct) connection) and
         works out RV(busy), RV(blocking) and RV(problems).
-  check_mode:
-    description: Can run in check mode; it only reads, so it reports in check mode too.
-    support: full
-  diff_mode:
-    description: Returns details on what has changed in diff mode.
-    support: none
-  idempotent:
-    description: Running the task again changes nothing.
-    support: full
 notes:
   - Needs C(python3) on the node, which every Proxmox VE node has.
 seealso:

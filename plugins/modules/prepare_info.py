@@ -25,6 +25,9 @@ description:
   - It only reads.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.attributes
+  - trainops.pct_launch.attributes.info_module
+  - trainops.pct_launch.attributes.action
 options:
   tmux_min_version:
     description: The oldest tmux that will do, as tmux prints versions (V(3.0), V(3.2a)).
@@ -62,19 +65,8 @@ options:
     default: []
 attributes:
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
     details:
       - The action reads O(venv_requirements_file) and computes the checksums of the sources of O(files) on the controller.
-  check_mode:
-    description: Can run in check mode; it only reads, so it reports in check mode too.
-    support: full
-  diff_mode:
-    description: Returns details on what has changed in diff mode.
-    support: none
-  idempotent:
-    description: Running the task again changes nothing.
-    support: full
 seealso:
   - module: trainops.pct_launch.tmux_session
   - module: trainops.pct_launch.gpu_info

@@ -38,6 +38,8 @@ description:
   - See C(docs/launch-protocol.md) in the collection for the files it writes and the tmux options it sets.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.attributes
+  - trainops.pct_launch.attributes.action
 options:
   session_name:
     description:
@@ -264,20 +266,15 @@ options:
     default: nvidia-smi
 attributes:
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
     details:
       - The action plugin only refuses O(env) when the task is not pipelined, then runs the module.
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - The preflight checks run in check mode too; nothing is written or started.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details:
       - Except for O(state=restarted), which always restarts the job.

@@ -28,6 +28,8 @@ description:
   - With O(history=true), the result also has the target's history of launches, RV(history).
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.attributes
+  - trainops.pct_launch.attributes.info_module
 options:
   session_name:
     description:
@@ -57,16 +59,6 @@ options:
       - How many launches RV(history) holds at most, the newest ones (from 1 to 1000).
     type: int
     default: 100
-attributes:
-  check_mode:
-    description: Can run in check mode; the module only reads, so it reports in check mode too.
-    support: full
-  diff_mode:
-    description: Returns details on what has changed in diff mode.
-    support: none
-  idempotent:
-    description: Running the task again changes nothing.
-    support: full
 seealso:
   - module: trainops.pct_launch.tmux_session
   - module: trainops.pct_launch.wait_for_log

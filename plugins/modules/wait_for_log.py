@@ -31,6 +31,8 @@ description:
   - O(pattern) and O(fail_pattern) are Python regular expressions (module C(re)), checked on the controller before anything runs on the target.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.attributes
+  - trainops.pct_launch.attributes.action
 options:
   session_name:
     description:
@@ -129,19 +131,19 @@ options:
     type: str
 attributes:
   check_mode:
-    description:
-      - Can run in check mode. The wait only reads, so it waits in check mode too; the proof of the start is then not
+    details:
+      - The wait only reads, so it waits in check mode too; the proof of the start is then not
         recorded (no C(@trainops_proven), no C(RUN_DIR/proven); RV(proof_recorded) is V(false)), so check mode writes nothing.
     support: full
   diff_mode:
-    description: Returns details on what has changed in diff mode.
     support: none
   idempotent:
-    description: Running the task again with the same options changes nothing and gives the same verdict for the same log.
     support: full
+    details:
+      - With the same options it also gives the same verdict for the same log.
   action:
-    description: An action plugin of the same name runs on the controller, checks the options and runs the module in chunks.
-    support: full
+    details:
+      - The action checks the options on the controller, then runs the module in chunks.
   async:
     description: Can be used with the C(async) keyword.
     support: none
