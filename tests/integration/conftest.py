@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN_PCT = REPO / "tools" / "pve_standin" / "pct"
+INSTALL_TMUX = Path(__file__).resolve().parent / "files" / "install_tmux.sh"
 
 
 def _have_lxc() -> bool:
@@ -30,6 +33,18 @@ def require_standin() -> None:
     if os.environ.get("CI"):
         pytest.fail(NO_STANDIN)
     pytest.skip(NO_STANDIN)
+
+
+def knob_pct(folder: Path, **knobs: str) -> str:
+    """A pct_path wrapper of this machine's pct with stand-in knobs (``delay``, ``call_log``) for the calls of one run.
+
+    The connection runs pct with a clean environment, so the knobs cannot come from ansible-playbook's.
+    """
+    wrapper = folder / f"pct-knobs-{uuid.uuid4().hex[:8]}"
+    exports = "".join(f"export PVE_STANDIN_{key.upper()}={shlex.quote(value)}\n" for key, value in knobs.items())
+    wrapper.write_text(f'#!/bin/sh\n{exports}exec {shlex.quote(str(STANDIN_PCT))} "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    return str(wrapper)
 
 
 class StandinNode:
@@ -73,6 +88,12 @@ class StandinNode:
         script = ('export DEBIAN_FRONTEND=noninteractive; { apt-get update -qq && apt-get install -y -qq "$@"; } '
                   '>/tmp/apt.log 2>&1 || { cat /tmp/apt.log; exit 1; }')
         self.sh(vmid, script, *packages, timeout=600)
+
+    def install_tmux(self, vmid: int, *dirs: str) -> str:
+        """Install tmux in a container unless it has it (files/install_tmux.sh), make ``dirs``; its ``tmux -V``."""
+        out = self.sh(vmid, INSTALL_TMUX.read_text(encoding="utf-8"), *dirs, check=False, timeout=600)
+        assert out.returncode == 0, f"installing tmux in CT {vmid} failed: {out.stderr.decode(errors='replace')}"
+        return out.stdout.decode(errors="replace").strip()
 
     def create(self, vmid: int, release: str = "bookworm", start: bool = True) -> int:
         """Create (and start) a fresh container, replacing any left over from an earlier run."""

@@ -38,7 +38,6 @@ import datetime
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -51,7 +50,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, STANDIN_PCT, StandinNode, require_standin
+from .conftest import REPO, StandinNode, knob_pct, require_standin
 from .nodes import NODE_SH, NODES_BASE, RemoteNode, RemoteNodes
 from .playbook_results import ansible_playbook, task_results
 
@@ -543,18 +542,6 @@ def test_fault_node_unreachable_mid_wait(node_i: RemoteNode, tmp_path: Path) -> 
 
 
 # ---------------------------------------------------------------------------- 2. controller killed mid-launch
-
-
-def knob_pct(folder: Path, **knobs: str) -> str:
-    """A pct_path wrapper of this machine's pct with stand-in knobs (``delay``, ``call_log``) for the calls of one run.
-
-    The connection runs pct with a clean environment, so the knobs cannot come from ansible-playbook's.
-    """
-    wrapper = folder / f"pct-knobs-{uuid.uuid4().hex[:8]}"
-    exports = "".join(f"export PVE_STANDIN_{key.upper()}={shlex.quote(value)}\n" for key, value in knobs.items())
-    wrapper.write_text(f'#!/bin/sh\n{exports}exec {shlex.quote(str(STANDIN_PCT))} "$@"\n', encoding="utf-8")
-    wrapper.chmod(0o755)
-    return str(wrapper)
 
 
 def module_calls(call_log: Path, vmid: int) -> int:

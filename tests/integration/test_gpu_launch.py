@@ -26,16 +26,13 @@ from .playbook_results import container_host, run_playbook, run_tasks, task_resu
 pytestmark = pytest.mark.integration
 
 CT_JOBS, CT_OTHER = 680, 681
-INSTALL_TMUX = ("command -v tmux >/dev/null || { apt-get install -y -q tmux >/dev/null 2>&1 || "
-                "{ apt-get update -q >/dev/null && apt-get install -y -q tmux >/dev/null; }; }; mkdir -p /w")
 
 
 @pytest.fixture(scope="module")
 def cts(standin: StandinNode) -> tuple[int, int]:
     """680 with tmux and /w, and 681."""
     standin.create(CT_JOBS)
-    out = standin.sh(CT_JOBS, INSTALL_TMUX, check=False, timeout=600)
-    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    standin.install_tmux(CT_JOBS, "/w")
     standin.create(CT_OTHER)
     return CT_JOBS, CT_OTHER
 

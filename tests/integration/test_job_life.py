@@ -42,8 +42,6 @@ pytestmark = pytest.mark.integration
 
 CT, CT_SMALL = 655, 656
 HOST, HOST_SMALL = f"ct{CT}", f"ct{CT_SMALL}"
-INSTALL_TMUX = ("command -v tmux >/dev/null || { apt-get install -y -q tmux >/dev/null 2>&1 || "
-                "{ apt-get update -q >/dev/null && apt-get install -y -q tmux >/dev/null; }; }; tmux -V")
 # Fails on its first two attempts (a traceback each), proves its start on the third, then ends well.
 FLAKY = ('echo "attempt $TRAINOPS_ATTEMPT"; if [ "$TRAINOPS_ATTEMPT" -lt 3 ]; then '
          'echo "Traceback (most recent call last):"; echo "RuntimeError: flaky $TRAINOPS_ATTEMPT"; exit 3; fi; '
@@ -55,8 +53,7 @@ def _prepare(node: StandinNode, vmid: int, *create: str) -> int:
         node.pct("destroy", vmid, "--force", check=True)
     node.pct("create", vmid, "--release", "bookworm", "--start", "1", *create, check=True)
     node.created.append(vmid)
-    out = node.sh(vmid, INSTALL_TMUX + "; mkdir -p /w", check=False, timeout=600)
-    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    node.install_tmux(vmid, "/w")
     return vmid
 
 

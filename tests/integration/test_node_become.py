@@ -62,8 +62,6 @@ USER = "tnb661"
 SUDOERS = Path("/etc/sudoers.d") / f"trainops-test-{USER}"
 DEAD_ADDRESS = "127.0.0.19"  # no sshd listens there
 PYTHON = "/usr/bin/python3"
-INSTALL_TMUX = ("command -v tmux >/dev/null || { apt-get install -y -q tmux >/dev/null 2>&1 || "
-                "{ apt-get update -q >/dev/null && apt-get install -y -q tmux >/dev/null; }; }; mkdir -p /w")
 # What `env` shows inside the container under sudo that is the same everywhere (the SUDO_* values depend on the user).
 SUDO_ENV = {"PATH": "/sbin:/bin:/usr/sbin:/usr/bin", "LANG": "C.UTF-8", "HOME": "/root", "LOGNAME": "root", "USER": "root",
             "SHELL": "/bin/bash", "MAIL": "/var/mail/root", "TERM": "unknown", "container": "lxc"}
@@ -248,8 +246,7 @@ def test_become_runs_pct_as_root_through_sudo(user_node: UserNode, remote_ct: in
 def test_a_launch_through_a_login_that_may_run_only_pct_under_sudo(
         user_node: UserNode, remote_nodes: RemoteNodes, remote_ct: int, become_user: BecomeUser, tmp_path: Path) -> None:
     """launch.yml (preflight, launch, proof), status.yml and stop.yml as ``USER`` with pct_node_become: the job runs in the container."""
-    out = remote_nodes["pve-a"].sh(remote_ct, INSTALL_TMUX, check=False, timeout=600)
-    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    remote_nodes["pve-a"].install_tmux(remote_ct, "/w")
     hosts = {"ct": remote_host(user_node, pct_node_become=True)}
     job = {"job_session_name": "sudo-job", "job_log_path": "/w/sudo-job.log", "job_prepare": False,
            "job_command": "echo 'step 1 loss 0.5'; sleep 600", "job_wait_pattern": "step [0-9]+", "job_wait_timeout": 60}

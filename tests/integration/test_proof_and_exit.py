@@ -53,15 +53,12 @@ REPROOF = "Prove the start of a job that runs unproven"
 HANDLER = "Wait for the job's log to prove it started"
 SUMMARY = "Summarize the launch per container"
 PATTERN = r"^step \d+ loss"
-INSTALL_TMUX = ("command -v tmux >/dev/null || { apt-get install -y -q tmux >/dev/null 2>&1 || "
-                "{ apt-get update -q >/dev/null && apt-get install -y -q tmux >/dev/null; }; }; tmux -V")
 
 
 def prepare(node: StandinNode, vmid: int) -> int:
     """Create the container, install tmux in it with apt, make /w for the logs."""
     node.create(vmid)
-    out = node.sh(vmid, INSTALL_TMUX + "; mkdir -p /w", check=False, timeout=600)
-    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    node.install_tmux(vmid, "/w")
     return vmid
 
 

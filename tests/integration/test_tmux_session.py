@@ -32,7 +32,6 @@ CT = 241
 CT_NO_TMUX = 242
 CT_MISSING = 248
 TASK = "launch"
-INSTALL_TMUX = "apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1; tmux -V"
 DUMP = ("import json, os, sys; json.dump({'argv': [os.fsencode(a).hex() for a in sys.argv[2:]], "
         "'env': {k.hex(): v.hex() for k, v in os.environb.items()}, 'cwd': os.fsencode(os.getcwd()).hex()}, open(sys.argv[1], 'w'))")
 # No '{{' / '{%' here: Ansible would template them before the module sees them.
@@ -99,7 +98,7 @@ def session_alive(node: StandinNode, vmid: int, name: str) -> bool:
 def ct(standin: StandinNode) -> int:
     """CT 241 with tmux and python3; removed at the end of the session."""
     standin.create(CT)
-    assert b"tmux" in standin.sh(CT, INSTALL_TMUX, timeout=600).stdout
+    assert standin.install_tmux(CT).startswith("tmux ")
     ct_sh(standin, CT, "mkdir -p /w && useradd -m trainer 2>/dev/null; mkdir -p /w/venv/bin && ln -sf /usr/bin/python3 /w/venv/bin/python")
     return CT
 

@@ -28,8 +28,6 @@ pytestmark = pytest.mark.integration
 
 CT, CT_NO_TMUX = 254, 255
 REPORT = "report"
-INSTALL_TMUX = ("command -v tmux >/dev/null || { apt-get install -y -q tmux >/dev/null 2>&1 || "
-                "{ apt-get update -q >/dev/null && apt-get install -y -q tmux >/dev/null; }; }; tmux -V")
 # The pct_path wrapper: appends each call's arguments to a log, then runs the stand-in's pct.
 # The connection runs pct with a clean environment, so the log's path is written into the wrapper.
 COUNTING_PCT = """#!/usr/bin/python3
@@ -49,8 +47,7 @@ def host_name(vmid: int) -> str:
 def ct(standin: StandinNode) -> int:
     """Container 254 with tmux installed."""
     standin.create(CT)
-    out = standin.sh(CT, INSTALL_TMUX + "; mkdir -p /w", check=False, timeout=600)
-    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    standin.install_tmux(CT, "/w")
     return CT
 
 
@@ -127,7 +124,7 @@ def test_no_server_is_not_an_error(standin: StandinNode, tmp_path: Path) -> None
     """tmux installed in the container but no server there: no_server; once a session runs there, it is reported."""
     vmid = CT_NO_TMUX
     standin.create(vmid)
-    standin.sh(vmid, INSTALL_TMUX, timeout=600)
+    standin.install_tmux(vmid)
     assert standin.sh(vmid, "tmux list-sessions", check=False).returncode != 0, "a tmux server runs in the fresh container"
     r, count = info(tmp_path, vmid)
     assert count == 1 and r["tmux"] == "no_server" and r["sessions"] == [] and r["status"] == "ok", (count, r)

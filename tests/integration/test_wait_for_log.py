@@ -34,15 +34,12 @@ from .playbook_results import container_host, exec_calls, run_tasks
 pytestmark = pytest.mark.integration
 
 CT, CT_NOPY, CT_PRIVATE = 251, 252, 258
-INSTALL_TMUX = ("command -v tmux >/dev/null || { apt-get install -y -q tmux >/dev/null 2>&1 || "
-                "{ apt-get update -q >/dev/null && apt-get install -y -q tmux >/dev/null; }; }; tmux -V")
 
 
 def prepare(node: StandinNode, vmid: int) -> int:
     """Create the container, install tmux in it with apt, make /w for the logs."""
     node.create(vmid)
-    out = node.sh(vmid, INSTALL_TMUX + "; mkdir -p /w", check=False, timeout=600)
-    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    node.install_tmux(vmid, "/w")
     return vmid
 
 

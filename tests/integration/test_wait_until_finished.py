@@ -34,8 +34,6 @@ from .playbook_results import CALLBACKS, ansible_playbook, container_host, task_
 pytestmark = pytest.mark.integration
 
 CT_A, CT_B, CT_CI = 650, 651, 652
-INSTALL_TMUX = ("command -v tmux >/dev/null || { apt-get install -y -q tmux >/dev/null 2>&1 || "
-                "{ apt-get update -q >/dev/null && apt-get install -y -q tmux >/dev/null; }; }; tmux -V")
 PROTOCOL = "### trainops.pct_launch: "
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 # A gate waits at most this long (0.1 s steps) for the test to open it.
@@ -45,8 +43,7 @@ GATE_STEPS = 1200
 def prepare(node: StandinNode, vmid: int) -> int:
     """Create the container, install tmux in it with apt, make /w for the logs."""
     node.create(vmid)
-    out = node.sh(vmid, INSTALL_TMUX + "; mkdir -p /w", check=False, timeout=600)
-    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    node.install_tmux(vmid, "/w")
     return vmid
 
 
