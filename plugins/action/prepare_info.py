@@ -7,6 +7,9 @@ The requirements file is read on the controller (as the venv role copies it from
 source is found like ``ansible.builtin.copy`` finds it (the play's ``files/`` folders, then the path as given)
 and its SHA-1 checksum computed, the one ``copy`` compares. A source that cannot be found gets no checksum:
 the module then reports the file as one to copy, and ``copy`` reports why it cannot.
+
+The check runs as a direct run where it can (``plugin_utils/_direct_run.py``): the same one ``pct exec``, without
+the module runtime's import on the target; otherwise as the module.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 from ansible.utils.hashing import checksum
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
 
 MODULE_NAME = "trainops.pct_launch.prepare_info"
 
@@ -39,7 +45,8 @@ class ActionModule(ActionBase):
             except (AnsibleError, OSError):
                 args["venv_requirements_text"] = "-r cannot-read-on-the-controller"  # not judged: the venv role says why
         args["files"] = [self._with_checksum(item) for item in args.get("files") or []]
-        result.update(self._execute_module(module_name=MODULE_NAME, module_args=args, task_vars=task_vars or {}))
+        direct = _direct_run.attempt(self, "_prepare_check", ARGUMENT_SPEC, args, task_vars or {})
+        result.update(direct if direct is not None else self._execute_module(module_name=MODULE_NAME, module_args=args, task_vars=task_vars or {}))
         return result
 
     def _with_checksum(self, item: t.Any) -> t.Any:

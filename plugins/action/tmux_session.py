@@ -8,8 +8,10 @@ container (``container VMID``) instead of the host name the module sees inside i
 
 Without pipelining Ansible copies each module, its arguments included, into a file in the target's
 temporary folder before it runs it. A task with ``env`` is
-therefore refused unless it is pipelined, before anything is sent; everything else runs the module
-as Ansible's normal action does.
+therefore refused unless it is pipelined, before anything is sent. A pipelined task runs as a direct run
+where it can (``plugin_utils/_direct_run.py``, entry ``module_utils/_tmux_run.py``): the options checked here, the
+same one ``pct exec``, without the module runtime's import on the target. Everything else runs the module as
+Ansible's normal action does.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from __future__ import annotations
 import typing as t
 
 from ansible.plugins.action.normal import ActionModule as NormalAction
+from ansible.utils.vars import merge_hash
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_run import ARGUMENT_SPEC, RULES
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_vmid
@@ -39,8 +45,12 @@ class ActionModule(NormalAction):
         if args.get("env") and not self._is_pipelining_enabled("new", wrap_async=bool(self._task.async_val)):
             host = str((task_vars or {}).get("inventory_hostname", "the target"))
             return {"failed": True, "changed": False, "msg": unpipelined_env_message(args, host)}
-        result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
+        direct = _direct_run.attempt(self, "_tmux_run", ARGUMENT_SPEC, args, task_vars, **RULES)
+        if direct is None:
+            result = super().run(tmp, task_vars)
+        else:
+            result = merge_hash(super(NormalAction, self).run(tmp, task_vars), direct)  # pylint: disable=bad-super-call
         if not module_answered(result):  # no Python on the target, for example
             vmid = host_vmid(task_vars)
             where = f"container {vmid}" if vmid is not None else f"host {task_vars.get('inventory_hostname')}"

@@ -23,3 +23,14 @@ notes:
     then costs one C(pct exec) with pipelining, which that connection turns on by default. Earlier releases reached
     containers from the node with the options C(vmid) and C(pct_path); they are gone (see the changelog).
 """
+
+    DIRECT_RUN = r"""
+options: {}
+notes:
+  - When the task is pipelined (the C(trainops.pct_launch.pct) connection's default), not async and not delegated,
+    and the target's Python is known (C(ansible_python_interpreter) set to a path, or the interpreter Ansible
+    discovered there earlier in the play), the action plugin checks the options on the controller, with the same
+    messages, and runs the module's code on the target without Ansible's module runtime (a direct run) - the same
+    one C(pct exec) and the same result, without importing C(ansible.module_utils.basic) there, which costs a module
+    run most of its CPU on the target. Otherwise the module runs as usual.
+"""

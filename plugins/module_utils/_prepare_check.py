@@ -24,6 +24,17 @@ _SPECIFIER = re.compile(r"(==|>=|<=|!=|~=|>|<)\s*([0-9]+(?:\.[0-9]+)*)(\.\*)?")
 _RELEASE = re.compile(r"[0-9]+(?:\.[0-9]+)*")
 _TMUX_VERSION = re.compile(r"([0-9]+)\.([0-9]+)([a-z]?)")
 
+ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = dict(
+    tmux_min_version=dict(type="str", default="3.0"),
+    venv_path=dict(type="str"),
+    venv_requirements=dict(type="list", elements="str", default=[]),
+    venv_requirements_file=dict(type="path"),
+    venv_requirements_text=dict(type="str"),
+    venv_site_packages=dict(type="bool", default=False),
+    workdir=dict(type="str"),
+    files=dict(type="list", elements="dict", default=[]),
+)
+
 
 def _key(version: str) -> tuple[int, ...]:
     parts = [int(part) for part in version.split(".")]
@@ -151,3 +162,25 @@ def file_differs(dest: str, checksum: str | None, mode: str | None) -> bool:
     if digest.hexdigest() != checksum:
         return True
     return mode is not None and (os.stat(dest).st_mode & 0o7777) != int(str(mode), 8)
+
+
+def report(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """What the host lacks for the job of ``params`` (the module's validated options): the module's result."""
+    ok = {"ok": True, "reason": ""}
+    result: dict[str, t.Any] = {
+        "tmux": tmux_state(params["tmux_min_version"]),
+        "venv": venv_state(params["venv_path"], params["venv_requirements"], params["venv_requirements_text"],
+                           params["venv_site_packages"]) if params["venv_path"] else ok,
+        "workdir": directory_state(params["workdir"]) if params["workdir"] else ok,
+        "files_to_copy": [str(item.get("dest")) for item in params["files"]
+                          if file_differs(str(item.get("dest")), item.get("checksum"), str(item.get("mode") or "0644"))],
+    }
+    needs = [result[key]["reason"] for key in ("tmux", "venv", "workdir") if not result[key]["ok"]]
+    needs += [f"copy {dest}" for dest in result["files_to_copy"]]
+    return dict(changed=False, prepared=not needs, needs=needs, **result)
+
+
+def direct_run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> dict[str, t.Any]:
+    """A direct run's entry (``_direct_boot``): the module's result (it only reads: check mode alike, no diff)."""
+    del check_mode, diff
+    return report(params)

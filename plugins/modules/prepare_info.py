@@ -25,6 +25,7 @@ description:
   - It only reads.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.on_target.direct_run
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.info_module
   - trainops.pct_launch.attributes.action
@@ -122,36 +123,13 @@ files_to_copy:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import directory_state, file_differs, tmux_state, venv_state
-
-ARGUMENT_SPEC = dict(
-    tmux_min_version=dict(type="str", default="3.0"),
-    venv_path=dict(type="str"),
-    venv_requirements=dict(type="list", elements="str", default=[]),
-    venv_requirements_file=dict(type="path"),
-    venv_requirements_text=dict(type="str"),
-    venv_site_packages=dict(type="bool", default=False),
-    workdir=dict(type="str"),
-    files=dict(type="list", elements="dict", default=[]),
-)
+from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC, report
 
 
 def main() -> None:
     """Check what the job needs on this host (it only reads)."""
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    params = module.params
-    ok = {"ok": True, "reason": ""}
-    result = {
-        "tmux": tmux_state(params["tmux_min_version"]),
-        "venv": venv_state(params["venv_path"], params["venv_requirements"], params["venv_requirements_text"],
-                           params["venv_site_packages"]) if params["venv_path"] else ok,
-        "workdir": directory_state(params["workdir"]) if params["workdir"] else ok,
-        "files_to_copy": [str(item.get("dest")) for item in params["files"]
-                          if file_differs(str(item.get("dest")), item.get("checksum"), str(item.get("mode") or "0644"))],
-    }
-    needs = [result[key]["reason"] for key in ("tmux", "venv", "workdir") if not result[key]["ok"]]
-    needs += [f"copy {dest}" for dest in result["files_to_copy"]]
-    module.exit_json(changed=False, prepared=not needs, needs=needs, **result)
+    module.exit_json(**report(module.params))
 
 
 if __name__ == "__main__":

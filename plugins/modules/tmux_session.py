@@ -38,6 +38,7 @@ description:
   - See C(docs/launch-protocol.md) in the collection for the files it writes and the tmux options it sets.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.on_target.direct_run
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.action
 options:
@@ -267,7 +268,7 @@ options:
 attributes:
   action:
     details:
-      - The action plugin only refuses O(env) when the task is not pipelined, then runs the module.
+      - The action plugin refuses O(env) when the task is not pipelined, then runs the module (a direct run where it can, see the notes).
   check_mode:
     support: full
     details:
@@ -420,63 +421,18 @@ killed:
   sample: true
 """
 
-import dataclasses
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import ARGUMENT_SPEC as SUPERVISE_SPEC
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable, run_root
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, spec_from_params
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result, where
-
-ARGUMENT_SPEC = dict(
-    session_name=dict(type="str", required=True),
-    command=dict(type="str"),
-    argv=dict(type="list", elements="str"),
-    chdir=dict(type="str"),
-    env=dict(type="dict", no_log=True),
-    venv=dict(type="str"),
-    user=dict(type="str"),
-    log_path=dict(type="str"),
-    log_mode=dict(type="str", choices=["rotate", "append", "fail_if_exists"], default="rotate"),
-    log_keep=dict(type="int", default=5),
-    state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
-    stop_signal=dict(type="str", choices=["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"], default="TERM"),
-    stop_timeout=dict(type="int", default=30),
-    gpus=dict(type="raw"),
-    gpu_exclude=dict(type="list", elements="str", default=[]),
-    nvidia_smi=dict(type="str", default="nvidia-smi"),
-    min_free_mb=dict(type="int", default=0),
-    **SUPERVISE_SPEC,
-)
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_run import ARGUMENT_SPEC, RULES, run
 
 
 def main() -> None:
     """Run the module: validate the options, then launch, stop or restart on this host."""
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("command", "argv")],
-        required_if=[("state", "started", ("command", "argv"), True), ("state", "restarted", ("command", "argv"), True),
-                     ("state", "started", ("log_path",)), ("state", "restarted", ("log_path",))],
-        supports_check_mode=True,
-    )
-    try:
-        spec = spec_from_params(module.params)
-    except SpecError as exc:
-        module.fail_json(msg=str(exc))
-    spec = dataclasses.replace(spec, run_root=run_root())
-    try:
-        facts = launch(spec, check_mode=module.check_mode)
-    except JobError as exc:
-        error = failure(spec, exc.code, dict(exc.facts, error=exc.code), str(exc))
-        # target: the words naming this host in msg, which the action plugin replaces with the container's VMID
-        module.fail_json(msg=reportable(str(error)), error=error.code, session_name=spec.session_name, target=reportable(where()))
-    outcome = result(spec, facts, module.check_mode)
-    if not module._diff:
-        outcome.pop("diff")
-    module.exit_json(**reportable(outcome))
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
+    outcome = run(module.params, module.check_mode, module._diff)
+    if outcome.pop("failed", False):
+        module.fail_json(**outcome)
+    module.exit_json(**outcome)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ description:
   - O(pattern) and O(fail_pattern) are Python regular expressions (module C(re)), checked on the controller before anything runs on the target.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.on_target.direct_run
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.action
 options:
@@ -385,36 +386,19 @@ lines_omitted:
   sample: 0
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import poll
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable
-from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import (
-    ARGUMENT_SPEC,
-    REQUIRED_ONE_OF,
-    SUCCESS,
-    check_options,
-    message,
-    poll_parameters,
-    result_from_facts,
-)
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_chunk import chunk
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import ARGUMENT_SPEC, REQUIRED_ONE_OF
 
 
 def main() -> None:
     """Run one chunk of waiting on this host and report the verdict (check mode records no proof)."""
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, supports_check_mode=True)
-    params = module.params
-    errors = check_options(params)
-    if errors:
-        module.fail_json(msg="; ".join(errors))
-    started = time.monotonic()
-    facts = poll(poll_parameters(dict(params, record_proof=not module.check_mode), params["timeout"], params["offset"]))
-    result = reportable(result_from_facts(facts, time.monotonic() - started))
-    if result["verdict"] in SUCCESS:
-        module.exit_json(changed=False, msg=message(result, params), **result)
-    module.fail_json(msg=message(result, params), **result)
+    result = chunk(module.params, module.check_mode)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

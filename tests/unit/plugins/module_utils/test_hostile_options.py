@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_chunk, _tmux_run
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session, tmux_session_info, wait_for_log
 
 EXAMPLES = settings(max_examples=60, deadline=None)
@@ -80,9 +81,9 @@ def recorder() -> Iterator[Recorder]:
     """The modules' work on the host replaced by a recorder (for the whole module: hypothesis runs many examples per test)."""
     calls = Recorder()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tmux_session, "launch", calls.stand_in("launch"))
+        patch.setattr(_tmux_run, "launch", calls.stand_in("launch"))
         patch.setattr(tmux_session_info, "report", calls.stand_in("report"))
-        patch.setattr(wait_for_log, "poll", calls.stand_in("poll"))
+        patch.setattr(_log_chunk, "poll", calls.stand_in("poll"))
         yield calls
     for name, number in sorted(COUNTS.items()):
         print(f"rejection property {name}: {number} examples")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli, _tmux_outcome
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli, _tmux_outcome, _tmux_run
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session
@@ -46,14 +46,14 @@ class Launches:
 @pytest.fixture(autouse=True)
 def on_this_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The module's run root in the test's temp dir, and a fixed host name for its messages."""
-    monkeypatch.setattr(tmux_session, "run_root", lambda: str(tmp_path / "run"))
+    monkeypatch.setattr(_tmux_run, "run_root", lambda: str(tmp_path / "run"))
     monkeypatch.setattr(_tmux_outcome.socket, "gethostname", lambda: HOSTNAME)
     return tmp_path / "run"
 
 
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: dict[str, t.Any], launches: Launches) -> dict[str, t.Any]:
     """Run main() with ``args`` and ``launch`` replaced; return its JSON result."""
-    monkeypatch.setattr(tmux_session, "launch", launches)
+    monkeypatch.setattr(_tmux_run, "launch", launches)
     with patch_module_args(args), pytest.raises(SystemExit):
         tmux_session.main()
     return json.loads(capsys.readouterr().out)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_poll, _tmux_cli
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_chunk, _log_poll, _tmux_cli
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH
 from ansible_collections.trainops.pct_launch.plugins.modules import wait_for_log
 
@@ -44,7 +44,7 @@ def polls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[Polls]:
     monkeypatch.setattr(_tmux_cli.Tmux, "socket_name", socket)
     monkeypatch.setattr(_log_poll, "run_root", lambda: str(tmp_path / "run"))
     recorder = Polls()
-    monkeypatch.setattr(wait_for_log, "poll", recorder)
+    monkeypatch.setattr(_log_chunk, "poll", recorder)
     try:
         yield recorder
     finally:

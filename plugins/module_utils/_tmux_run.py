@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""``tmux_session`` on its host: its options and rules, and what one run of it returns.
+
+The module (``plugins/modules/tmux_session.py``) and a direct run (``plugin_utils/_direct_run.py``, this file's
+``direct_run``) both validate the options with ``ARGUMENT_SPEC`` and ``RULES`` and return ``run``'s result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import ARGUMENT_SPEC as SUPERVISE_SPEC
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable, run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, spec_from_params
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result, where
+
+ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = dict(
+    session_name=dict(type="str", required=True),
+    command=dict(type="str"),
+    argv=dict(type="list", elements="str"),
+    chdir=dict(type="str"),
+    env=dict(type="dict", no_log=True),
+    venv=dict(type="str"),
+    user=dict(type="str"),
+    log_path=dict(type="str"),
+    log_mode=dict(type="str", choices=["rotate", "append", "fail_if_exists"], default="rotate"),
+    log_keep=dict(type="int", default=5),
+    state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
+    stop_signal=dict(type="str", choices=["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"], default="TERM"),
+    stop_timeout=dict(type="int", default=30),
+    gpus=dict(type="raw"),
+    gpu_exclude=dict(type="list", elements="str", default=[]),
+    nvidia_smi=dict(type="str", default="nvidia-smi"),
+    min_free_mb=dict(type="int", default=0),
+    **SUPERVISE_SPEC,
+)
+# AnsibleModule's keyword arguments besides the spec
+RULES: dict[str, t.Any] = dict(
+    mutually_exclusive=[("command", "argv")],
+    required_if=[("state", "started", ("command", "argv"), True), ("state", "restarted", ("command", "argv"), True),
+                 ("state", "started", ("log_path",)), ("state", "restarted", ("log_path",))],
+)
+
+
+def run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
+    """Launch, stop or restart on this host (the validated options); the result, ``failed`` when it failed."""
+    try:
+        spec = spec_from_params(params)
+    except SpecError as exc:
+        return {"failed": True, "msg": str(exc)}
+    spec = dataclasses.replace(spec, run_root=run_root())
+    try:
+        facts = launch(spec, check_mode=check_mode)
+    except JobError as exc:
+        error = failure(spec, exc.code, dict(exc.facts, error=exc.code), str(exc))
+        # target: the words naming this host in msg, which the action plugin replaces with the container's VMID
+        return {"failed": True, "msg": reportable(str(error)), "error": error.code, "session_name": spec.session_name,
+                "target": reportable(where())}
+    outcome = result(spec, facts, check_mode)
+    if not diff:
+        outcome.pop("diff")
+    return dict(reportable(outcome))
+
+
+def direct_run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> dict[str, t.Any]:
+    """A direct run's entry (``_direct_boot``): the module's result."""
+    return run(params, check_mode, diff)

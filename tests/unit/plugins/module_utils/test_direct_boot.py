@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Copyright: Contributors to the trainops.pct_launch collection
+"""_direct_boot as a target runs it: a fresh ``python3 -I`` reading the program the controller builds on its stdin.
+
+The interpreter is isolated (``-I``), started in an empty folder with an empty ``PYTHONPATH``: it can import the
+collection's code only from the sources in the payload, so a source the controller failed to send fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import typing as t
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._direct_boot import SourceImporter
+from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC, report
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run import PACKAGE, program, sources, validate
+
+IMPORT_SENT = Path(__file__).resolve().parent / "files" / "import_sent.py"
+HOSTILE = ["it's", 'say "hi"', "'''", '"""', "back\\slash", "new\nline", "$(touch /tmp/pwned)", "`id`", "caf\u00e9 \u2192 \u00fc",
+           "tab\there", "{{ not_a_template }}", "%s %d", "\\u0041"]
+
+
+def target_run(tmp_path: Path, entry: str, params: t.Mapping[str, t.Any], check_mode: bool = False) -> tuple[int, dict[str, t.Any], str]:
+    """Run the program as the target would; (exit status, its result line, stderr). Nothing may be left behind."""
+    folder = tmp_path / "target"
+    folder.mkdir(exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "PYTHONDONTWRITEBYTECODE": ""}
+    proc = subprocess.run([sys.executable, "-I", "-"], input=program(entry, params, check_mode), capture_output=True,
+                          cwd=folder, env=env, timeout=60, check=False)
+    lines = proc.stdout.decode().splitlines()
+    assert lines, proc.stderr.decode()
+    assert list(folder.iterdir()) == [], "the direct run wrote nothing on the target"
+    return proc.returncode, json.loads(lines[-1]), proc.stderr.decode()
+
+
+def prepare_params(**given: t.Any) -> dict[str, t.Any]:
+    params, secrets, message = validate("trainops.pct_launch.prepare_info", ARGUMENT_SPEC, given, {})
+    assert message is None and not secrets, message
+    return params
+
+
+def test_prepare_info_gives_what_the_module_gives(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir(mode=0o755)
+    workdir.chmod(0o755)
+    params = prepare_params(workdir=str(workdir), venv_path=str(tmp_path / "no-venv"), venv_requirements=["numpy"],
+                            files=[{"dest": str(tmp_path / "absent.py"), "checksum": "0" * 40}])
+    status, result, stderr = target_run(tmp_path, "_prepare_check", params)
+    assert status == 0, stderr
+    assert result == report(params)
+    assert result["prepared"] is False and result["workdir"] == {"ok": True, "reason": ""}, result
+    assert result["needs"][-1] == f"copy {tmp_path / 'absent.py'}"
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_options_arrive_as_given(tmp_path: Path, name: str) -> None:
+    workdir = str(tmp_path / name)
+    status, result, stderr = target_run(tmp_path, "_prepare_check", prepare_params(workdir=workdir))
+    assert status == 0, stderr
+    assert result["workdir"] == {"ok": False, "reason": f"{workdir} does not exist"}
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_an_error_in_the_code_is_a_failed_result_with_its_traceback(tmp_path: Path) -> None:
+    params = prepare_params()
+    del params["tmux_min_version"]
+    status, result, _stderr = target_run(tmp_path, "_prepare_check", params)
+    assert status == 1
+    assert result["failed"] is True and result["msg"] == "KeyError: 'tmux_min_version'", result
+    assert "report" in result["exception"] and "<ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check>" in result["exception"]
+
+
+@pytest.mark.parametrize("entry", ["_prepare_check", "_tmux_job", "_log_poll", "_tmux_sessions"])
+def test_every_module_an_entry_imports_is_sent(tmp_path: Path, entry: str) -> None:
+    # files/import_sent.py, in an isolated interpreter that has only the sent sources, imports each of them
+    sent = sources(entry)
+    boot = sys.modules[SourceImporter.__module__].__file__ or ""
+    proc = subprocess.run([sys.executable, "-I", str(IMPORT_SENT), boot], input=json.dumps(sent).encode(),
+                          capture_output=True, cwd=tmp_path, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert int(proc.stdout) == len(sent)
+    assert f"{PACKAGE}.{entry}" in sent
+
+
+def test_the_sources_are_the_files_and_a_lazy_import_is_among_them() -> None:
+    sent = sources("_tmux_job")
+    root = Path(sys.modules[SourceImporter.__module__].__file__ or "").parent
+    for name, text in sent.items():
+        assert text == (root / f"{name.rsplit('.', 1)[1]}.py").read_text(encoding="utf-8")
+    # _job_gpus imports _gpu_smi only inside a function (a lazy import), and _tmux_job needs it for gpus
+    assert f"{PACKAGE}._gpu_smi" in sent
+    assert sources("_prepare_check") == {f"{PACKAGE}._prepare_check": (root / "_prepare_check.py").read_text(encoding="utf-8")}
