@@ -41,7 +41,7 @@ PARALLEL = Variant("parallel", "hand-written parallel launcher (xargs -P, master
 FLEET = (
     PARALLEL,
     Variant("launch_only", f"launch_only.yml, {SHIPPED.name}", LAUNCH_ONLY, SHIPPED, False),
-    Variant("launch_only persist", "launch_only.yml, as shipped, ssh masters open", LAUNCH_ONLY, PERSIST, True),
+    Variant("launch_only persist", "launch_only.yml, as shipped, ssh masters open", LAUNCH_ONLY, PERSIST, True, every_count=False),
     Variant("launch.yml", f"whole launch.yml, re-launch, {SHIPPED.name}", LAUNCH, SHIPPED, False),
     Variant("launch.yml persist", "whole launch.yml, re-launch, as shipped, ssh masters open", LAUNCH, PERSIST, True, every_count=False),
 )
