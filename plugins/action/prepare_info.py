@@ -45,8 +45,7 @@ class ActionModule(ActionBase):
             except (AnsibleError, OSError):
                 args["venv_requirements_text"] = "-r cannot-read-on-the-controller"  # not judged: the venv role says why
         args["files"] = [self._with_checksum(item) for item in args.get("files") or []]
-        direct = _direct_run.attempt(self, "_prepare_check", ARGUMENT_SPEC, args, task_vars or {})
-        result.update(direct if direct is not None else self._execute_module(module_name=MODULE_NAME, module_args=args, task_vars=task_vars or {}))
+        result.update(_direct_run.run_module(self, MODULE_NAME, "_prepare_check", ARGUMENT_SPEC, args, task_vars or {}))
         return result
 
     def _with_checksum(self, item: t.Any) -> t.Any:

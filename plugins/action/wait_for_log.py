@@ -155,8 +155,7 @@ class ActionModule(ActionBase):
     def _chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int) -> dict[str, t.Any]:
         module_args = {key: value for key, value in args.items() if key not in CONTROLLER_ONLY}
         module_args.update(timeout=round(seconds, 3), offset=offset)
-        direct = _direct_run.attempt(self, "_log_chunk", ARGUMENT_SPEC, module_args, task_vars, required_one_of=REQUIRED_ONE_OF)
-        return direct if direct is not None else self._execute_module(module_name=MODULE_NAME, module_args=module_args, task_vars=task_vars)
+        return _direct_run.run_module(self, MODULE_NAME, "_log_chunk", ARGUMENT_SPEC, module_args, task_vars, required_one_of=REQUIRED_ONE_OF)
 
     def _node(self, host: str, task_vars: t.Mapping[str, t.Any]) -> str:
         """Where the chunks go: the delegate, a container's node (pct_node, else the controller), or the host."""

@@ -15,24 +15,24 @@ def show(data: bytes) -> str:
     return data.rstrip(b"\r\n")[:SHOW * 2].decode("utf-8", "replace")[:SHOW]
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
+def _state(pid: int) -> bytes | None:
+    """The state letter of ``pid`` in ``/proc/PID/stat`` (R, S, Z...); None when there is none to read."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+        return None
+    return stat[stat.rindex(b")") + 2:][:1]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    return _state(pid) not in (None, b"Z", b"X")
 
 
 def zombie(pid: int) -> bool:
     """Whether ``pid`` has ended and waits for its parent to reap it (False when ``/proc`` cannot tell)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:][:1] in (b"Z", b"X")
+    return _state(pid) in (b"Z", b"X")
 
 
 def _entry(name: str) -> t.Optional[t.Tuple[int, str, int, int, bytes]]:

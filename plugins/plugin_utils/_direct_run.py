@@ -63,11 +63,11 @@ def validate(name: str, spec: t.Mapping[str, t.Any], args: t.Mapping[str, t.Any]
              rules: t.Mapping[str, t.Any]) -> tuple[dict[str, t.Any], set[str], str | None]:
     """(validated options, their no_log values, AnsibleModule's message when they are wrong)."""
     result = ArgumentSpecValidator(dict(spec), **rules).validate(dict(args))
-    if not result.error_messages:
-        return result.validated_parameters, set(result._no_log_values), None  # pylint: disable=protected-access
-    message = result.errors.msg
-    if isinstance(result.errors[0], UnsupportedError):
-        message = f"Unsupported parameters for ({name}) module: {message}"
+    message = None
+    if result.error_messages:
+        message = result.errors.msg
+        if isinstance(result.errors[0], UnsupportedError):
+            message = f"Unsupported parameters for ({name}) module: {message}"
     return result.validated_parameters, set(result._no_log_values), message  # pylint: disable=protected-access
 
 
@@ -133,3 +133,12 @@ def attempt(action: t.Any, entry: str, spec: t.Mapping[str, t.Any], args: t.Mapp
     if _inject_invocation(task_vars):
         result.setdefault("invocation", {"module_args": params})
     return t.cast(dict, remove_values(result, secrets))
+
+
+def run_module(action: t.Any, module_name: str, entry: str, spec: t.Mapping[str, t.Any], args: t.Mapping[str, t.Any],
+               task_vars: t.Mapping[str, t.Any], **rules: t.Any) -> dict[str, t.Any]:
+    """The module's result: its direct run of ``entry`` where it can (``attempt``), else the module through AnsiballZ."""
+    direct = attempt(action, entry, spec, args, task_vars, **rules)
+    if direct is not None:
+        return direct
+    return dict(action._execute_module(module_name=module_name, module_args=dict(args), task_vars=task_vars))  # pylint: disable=protected-access

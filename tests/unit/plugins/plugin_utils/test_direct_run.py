@@ -29,12 +29,11 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run im
 
 NAME = "trainops.pct_launch.prepare_info"
 MODULE = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "prepare_info.py"
-COLLECTIONS = Path(__file__).resolve().parents[7] if Path(__file__).resolve().parents[6].name == "ansible_collections" else None
 
 
 def module_answer(args: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """The real module's result for ``args`` (AnsibleModule reads them from stdin when run as a script)."""
-    root = COLLECTIONS or Path(os.environ["ANSIBLE_COLLECTIONS_PATH"].split(os.pathsep)[0])
+    root = Path(os.environ["ANSIBLE_COLLECTIONS_PATH"].split(os.pathsep)[0])  # tests/conftest.py sets it
     env = dict(os.environ, PYTHONPATH=str(root))
     internal = {"_ansible_module_name": NAME}
     try:  # ansible-core 2.21 and later add invocation to a result only when asked to
