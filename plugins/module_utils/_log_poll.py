@@ -206,12 +206,18 @@ class _Watch:
             self.proof_recorded = self.mark_proven()
 
 
+# The first look after the first comes this soon; each gap doubles up to the option sleep: a job's first lines
+# (and an early crash) come soon after its start, and a look costs a stat and a read.
+FIRST_LOOK = 0.05
+
+
 def _loop(watch: _Watch, started: float, shown: NewLines | None) -> tuple[str, bytes | None, int, int | None, dict[str, str] | None]:
     params = watch.params
     to_end = params.get("wait_until") == "finished"
     pattern = re.compile(params["pattern"]) if params.get("pattern") is not None else None
     fail = re.compile(params["fail_pattern"]) if params.get("fail_pattern") is not None else None
     offset, deadline = int(params["offset"]), started + float(params["duration"])
+    gap = min(FIRST_LOOK, float(params["sleep"]))
     while True:
         record = watch.exit_record()
         ended = watch.ended(record)
@@ -234,7 +240,8 @@ def _loop(watch: _Watch, started: float, shown: NewLines | None) -> tuple[str, b
         if verdict is not None:
             return verdict, line, offset, size, record
         if not more:
-            time.sleep(max(0.0, min(float(params["sleep"]), until - time.monotonic())))
+            time.sleep(max(0.0, min(gap, until - time.monotonic())))
+            gap = min(gap * 2, float(params["sleep"]))
 
 
 def poll(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:

@@ -38,6 +38,8 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch i
 
 LOCK_GRACE = 30
 TICK = 0.1
+# how often a start looks for the job's group: its supervisor writes it some 30 ms after tmux starts the pane
+START_TICK = 0.01
 START_WAIT = 5.0
 
 
@@ -118,12 +120,12 @@ def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
     log = spec.log_path or ""
     deadline = time.monotonic() + START_WAIT
     while not os.path.exists(pgid_file) and read_exit_record(log, spec.run_dir) is None and time.monotonic() < deadline:
-        time.sleep(TICK)
+        time.sleep(START_TICK)
     pgid = (read_text(pgid_file) or "").strip()
     # a job already over (its group gone): its supervisor writes the record in a moment, unless it restarts the job
     while _attempt_over(pgid) and read_exit_record(log, spec.run_dir) is None \
             and not _restarting(spec.run_dir, pgid_file, pgid) and time.monotonic() < deadline:
-        time.sleep(TICK / 10)
+        time.sleep(START_TICK)
     facts = {"state": "running", "job_pgid": pgid}
     record = read_exit_record(log, spec.run_dir)
     if record is not None:  # this launch's (the start rotated or removed any earlier one): the supervisor is ending

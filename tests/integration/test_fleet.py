@@ -507,6 +507,22 @@ def test_all_or_nothing_stops_what_it_started(fleet: Fleet) -> None:
     fleet.node.sh(364, 'tmux kill-session -t "=$1" 2>/dev/null; true', "fleet-aon", check=False)
 
 
+def test_a_container_that_failed_the_preflight_is_named_so(fleet: Fleet) -> None:
+    """The summary tells a preflight failure from a prepare failure (prepare.yml's first task marks those that passed)."""
+    inventory = {"pre": {"hosts": {"ct364": {"pct_vmid": 364}, "ct365": {"pct_vmid": 365, "job_prepare": "maybe"}},
+                         "vars": {"ansible_connection": "trainops.pct_launch.pct", "ansible_python_interpreter": "/usr/bin/python3"}}}
+    path = fleet.folder / "inventory-preflight.yml"
+    path.write_text(json.dumps(inventory, indent=1), encoding="utf-8")
+    run = run_playbook(fleet.folder, path, {**fleet.job, "job_hosts": "pre", "job_session_name": "fleet-pf",
+                                            "job_log_path": "/workspace/fleet-pf.log"})
+    assert run.rc != 0, run.output
+    assert "job_prepare is 'maybe' for ct365" in run.result("Check that the job description is complete", "ct365")["msg"]
+    assert run.line("ct365") == "ct365 (CT 365 on localhost): failed: preflight.yml failed on it before the launch (its error is shown above)"
+    assert run.line("ct364") == "ct364 (CT 364 on localhost): started"
+    assert run.summary()[0] == "fleet-pf: 1 of 2 containers run, failed: ct365", run.summary()
+    fleet.node.sh(364, 'tmux kill-session -t "=$1" 2>/dev/null; true', "fleet-pf", check=False)
+
+
 def test_all_or_nothing_launches_nothing_after_a_preflight_failure(fleet: Fleet) -> None:
     run = fleet.launch("fleet-pre", job_all_or_nothing=True, job_hosts="fleet_with_stopped", fleet_script="job.py")
     assert run.rc != 0, run.output

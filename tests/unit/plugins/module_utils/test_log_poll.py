@@ -117,6 +117,26 @@ def test_a_line_completed_during_the_chunk_matches(watch: Watch) -> None:
     assert 0.25 <= _elapsed(facts) < 2
 
 
+def test_the_first_looks_come_sooner_than_the_poll_interval(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gaps between looks start at FIRST_LOOK and double up to the option sleep, never above it."""
+    gaps: list[float] = []
+    real_sleep = time.sleep
+
+    def recording_sleep(seconds: float) -> None:
+        gaps.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(_log_poll.time, "sleep", recording_sleep)
+    watch.write(HEADER + b"loading\n")
+    facts = watch.poll(duration=1.6, pattern="READY", sleep=0.5)
+    assert facts["verdict"] == "pending", facts
+    assert [round(gap, 3) for gap in gaps[:4]] == [0.05, 0.1, 0.2, 0.4], gaps
+    assert all(round(gap, 3) <= 0.5 for gap in gaps) and round(gaps[4], 3) == 0.5, gaps
+    gaps.clear()
+    watch.poll(duration=0.5, pattern="READY", sleep=0.03)
+    assert gaps and all(round(gap, 3) <= 0.03 for gap in gaps), "a sleep below FIRST_LOOK is the gap from the start"
+
+
 def test_protocol_lines_never_match(watch: Watch) -> None:
     watch.write(HEADER + TRAILER)
     for pattern in ("READY", None, "trainops"):
