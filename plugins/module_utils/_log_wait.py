@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import name_and_log_errors
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import name_and_log_errors
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import to_int
 
 MODULE_NAME = "trainops.pct_launch.wait_for_log"

@@ -18,9 +18,16 @@ import shlex
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, parse_request
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import (  # SESSION_NAME, SpecError: also imported from here
+    SESSION_NAME,
+    SpecError,
+    absolute as _absolute,
+    log_path as _log_path,
+    no_nul as _no_nul,
+    session_name as _session_name,
+)
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import SIGNALS, changed_settings, supervise_from_params
 
-SESSION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
 RUN_DIR = "/run/trainops"
@@ -29,10 +36,6 @@ _SCRIPT_SUFFIX = re.compile(r"\.(py|sh|bash|pl|rb|js|R|jl|lua)$")
 _INTERPRETER = re.compile(r"(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|ksh|perl|ruby|node|Rscript|julia|lua)")
 _SHELL_OPERATORS = frozenset(("&&", "||", ";", "|", "&", "(", ")", ";;", "<", ">", ">>"))
 _UNSAFE_WORD = re.compile(r"[$`*?\[~{]")
-
-
-class SpecError(ValueError):
-    """An option has an unusable value; the message names the option."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,40 +76,6 @@ class LaunchSpec:
         return posixpath.join(self.run_root, self.session_name)
 
 
-def _no_nul(option: str, value: str) -> str:
-    if "\0" in value:
-        raise SpecError(f"Invalid {option}: it contains a NUL character, which cannot be passed to a process")
-    return value
-
-
-def _absolute(option: str, value: str | None, required: bool = False) -> str | None:
-    if value is None or value == "":
-        if required:
-            raise SpecError(f"Missing {option}: an absolute path on the target is required to start a job")
-        return None
-    _no_nul(option, value)
-    if not value.startswith("/"):
-        raise SpecError(f"Invalid {option} {value!r}: use an absolute path on the target (starting with '/')")
-    return value
-
-
-def _log_path(value: str | None, required: bool) -> str | None:
-    path = _absolute("log_path", value, required)
-    if path is not None and (path.endswith("/") or posixpath.basename(path) in (".", "..")):
-        raise SpecError(f"Invalid log_path {value!r}: use the absolute path of a file, not of a directory")
-    if path is not None and "\n" in path:
-        # wait_for_log and tmux_session_info refuse such a log_path, and /run/trainops/NAME/log_path could not keep it
-        raise SpecError(f"Invalid log_path {value!r}: it contains a newline; use a path without newlines")
-    return path
-
-
-def _session_name(value: str) -> str:
-    if not isinstance(value, str) or not SESSION_NAME.fullmatch(value):
-        raise SpecError(f"Invalid session_name {value!r}: use 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-' "
-                        "(tmux rejects or rewrites '.' and ':')")
-    return value
-
-
 def _env(value: t.Mapping[str, t.Any] | None) -> tuple[tuple[str, str], ...]:
     items = []
     for key, raw in sorted((value or {}).items()):
@@ -119,18 +88,6 @@ def _env(value: t.Mapping[str, t.Any] | None) -> tuple[tuple[str, str], ...]:
             raise SpecError(f"Invalid env value for {key}: it contains a NUL character")
         items.append((key, text))
     return tuple(items)
-
-
-def name_and_log_errors(session_name: str | None, log_path: str | None) -> list[str]:
-    """The problems with a session name and a log path to look at (wait_for_log, tmux_session_info), each naming its option."""
-    errors = []
-    for check, value in ((_session_name, session_name), (lambda path: _log_path(path, False), log_path)):
-        try:
-            if value is not None:
-                check(value)
-        except SpecError as exc:
-            errors.append(str(exc))
-    return errors
 
 
 def _job(params: t.Mapping[str, t.Any]) -> tuple[str | None, tuple[str, ...] | None]:

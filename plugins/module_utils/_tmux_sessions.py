@@ -23,7 +23,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent im
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import tail
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import show
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root, session_state
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import name_and_log_errors
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import name_and_log_errors
 
 MAX_LINE_BYTES = 4000
 MAX_LINES = 10000
