@@ -73,8 +73,8 @@ options:
   sleep:
     description:
       - Poll interval on the target in seconds, more than V(0) and at most V(1).
-      - The longest one: the first looks at the log come sooner (0.05 s apart, each gap twice the one before, up to
-        O(sleep)), as a job's first lines and an early crash come soon after its start.
+      - This is the longest gap. The first looks at the log come sooner (the first gap is 0.05 s, each next one twice the one
+        before, up to O(sleep)), as a job's first lines and an early crash come soon after its start.
     type: float
     default: 0.5
   tail_lines:
