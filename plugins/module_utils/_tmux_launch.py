@@ -18,8 +18,7 @@ import shlex
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, parse_request
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import (  # SESSION_NAME, SpecError: also imported from here
-    SESSION_NAME,
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import (  # SpecError: also imported from here
     SpecError,
     absolute as _absolute,
     log_path as _log_path,

@@ -9,8 +9,6 @@ import json
 import typing as t
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_launch as L
 
