@@ -129,7 +129,7 @@ def overhead_rows(ctx: Context) -> list[Row]:
     for what, args in (("all facts", []), ("gather_subset=!all", ["-a", "gather_subset=!all"])):
         runs = adhoc(ctx, f"setup, {what}", SHIPPED, ["-m", "ansible.builtin.setup", *args])
         rows.append(timed_row(section, f"ansible ct400 -m setup ({what}), {SHIPPED.name}", runs))
-    inside["ansible ct400 -m trainops.pct_launch.tmux_session_info, as shipped"] = adhoc(
+    inside["ansible ct400 -m trainops.pct_launch.tmux_session_info, as shipped: a direct run"] = adhoc(
         ctx, "tmux_session_info", SHIPPED, ["-m", "trainops.pct_launch.tmux_session_info"], ctx.repeat)
     # The same prepare_info as a direct run (the interpreter known, as shipped) and as a module run (left to discovery).
     check = ["-m", "trainops.pct_launch.prepare_info", "-a", "workdir=/bench"]

@@ -28,8 +28,10 @@ description:
   - With O(history=true), the result also has the target's history of launches, RV(history).
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.on_target.direct_run
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.info_module
+  - trainops.pct_launch.attributes.action
 options:
   session_name:
     description:
@@ -263,33 +265,16 @@ history:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import check_info_options, launch_history, report, session_entry
-
-ARGUMENT_SPEC = dict(
-    session_name=dict(type="str"),
-    log_path=dict(type="str"),
-    lines=dict(type="int", default=20),
-    history=dict(type="bool", default=False),
-    history_limit=dict(type="int", default=100),
-)
+from ansible_collections.trainops.pct_launch.plugins.module_utils._session_info import ARGUMENT_SPEC, RULES, info
 
 
 def main() -> None:
     """Report the sessions of this host (it only reads)."""
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_by={"log_path": "session_name"}, supports_check_mode=True)
-    params = module.params
-    errors = check_info_options(params)
-    if errors:
-        module.fail_json(msg="; ".join(errors))
-    tmux, found = report(params["session_name"], params["log_path"], params["lines"])
-    sessions = [session_entry(facts) for facts in found]
-    result = {"changed": False, "tmux": tmux, "sessions": sessions}
-    if params["session_name"]:
-        result["session"] = sessions[0] if sessions else None
-    if params["history"]:
-        result["history"] = launch_history(params["session_name"], params["history_limit"])
-    module.exit_json(**reportable(result))
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **RULES)
+    result = info(module.params)
+    if result.get("failed"):
+        module.fail_json(msg=result["msg"])
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _session_info
 from ansible_collections.trainops.pct_launch.plugins.module_utils._direct_boot import SourceImporter
 from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC, report
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run import PACKAGE, program, sources, validate
@@ -58,6 +59,22 @@ def test_prepare_info_gives_what_the_module_gives(tmp_path: Path) -> None:
     assert result["needs"][-1] == f"copy {tmp_path / 'absent.py'}"
 
 
+def test_tmux_session_info_gives_what_the_module_gives(tmp_path: Path) -> None:
+    # a session that does not exist, with a log that does not either: the report reads the same in both
+    params, secrets, message = validate("trainops.pct_launch.tmux_session_info", _session_info.ARGUMENT_SPEC,
+                                        {"session_name": f"ut-absent-{os.getpid()}", "log_path": str(tmp_path / "no.log")},
+                                        _session_info.RULES)
+    assert message is None and not secrets, message
+    status, result, stderr = target_run(tmp_path, "_session_info", params)
+    assert status == 0, stderr
+    assert result == _session_info.info(params)
+    assert result["session"]["state"] == "absent" and result["changed"] is False, result
+    wrong = dict(params, session_name="a.b")
+    status, result, stderr = target_run(tmp_path, "_session_info", wrong)
+    assert status == 1 and result == {"failed": True, "msg": _session_info.info(wrong)["msg"]}, (result, stderr)
+    assert result["msg"].startswith("Invalid session_name 'a.b'")
+
+
 @pytest.mark.parametrize("name", HOSTILE)
 def test_hostile_options_arrive_as_given(tmp_path: Path, name: str) -> None:
     workdir = str(tmp_path / name)
@@ -76,7 +93,7 @@ def test_an_error_in_the_code_is_a_failed_result_with_its_traceback(tmp_path: Pa
     assert "report" in result["exception"] and "<ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check>" in result["exception"]
 
 
-@pytest.mark.parametrize("entry", ["_prepare_check", "_tmux_job", "_log_poll", "_tmux_sessions"])
+@pytest.mark.parametrize("entry", ["_prepare_check", "_tmux_job", "_log_poll", "_tmux_sessions", "_tmux_run", "_log_chunk", "_session_info"])
 def test_every_module_an_entry_imports_is_sent(tmp_path: Path, entry: str) -> None:
     # files/import_sent.py, in an isolated interpreter that has only the sent sources, imports each of them
     sent = sources(entry)

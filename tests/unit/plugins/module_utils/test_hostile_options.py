@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_chunk, _tmux_run
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_chunk, _session_info, _tmux_run
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session, tmux_session_info, wait_for_log
 
 EXAMPLES = settings(max_examples=60, deadline=None)
@@ -82,7 +82,7 @@ def recorder() -> Iterator[Recorder]:
     calls = Recorder()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_tmux_run, "launch", calls.stand_in("launch"))
-        patch.setattr(tmux_session_info, "report", calls.stand_in("report"))
+        patch.setattr(_session_info, "report", calls.stand_in("report"))
         patch.setattr(_log_chunk, "poll", calls.stand_in("poll"))
         yield calls
     for name, number in sorted(COUNTS.items()):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli, _tmux_sessions
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _session_info, _tmux_cli, _tmux_sessions
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import append
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session_info
@@ -45,7 +45,7 @@ def reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t.Iterator[Repor
     monkeypatch.setattr(_tmux_cli.Tmux, "socket_name", socket)
     monkeypatch.setattr(_tmux_sessions, "run_root", lambda: str(tmp_path / "run"))
     counter = Reports()
-    monkeypatch.setattr(tmux_session_info, "report", counter)
+    monkeypatch.setattr(_session_info, "report", counter)
     try:
         yield counter
     finally:

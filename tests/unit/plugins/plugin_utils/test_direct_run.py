@@ -24,25 +24,26 @@ except ImportError:  # ansible-core before 2.19 templates every string
     def trust_as_template(value: str) -> str:  # type: ignore[misc]
         return value
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _session_info
 from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run import interpreter, parse, validate
 
 NAME = "trainops.pct_launch.prepare_info"
-MODULE = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "prepare_info.py"
+MODULES = Path(__file__).resolve().parents[4] / "plugins" / "modules"
 
 
-def module_answer(args: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+def module_answer(args: t.Mapping[str, t.Any], module: str = "prepare_info") -> dict[str, t.Any]:
     """The real module's result for ``args`` (AnsibleModule reads them from stdin when run as a script)."""
     root = Path(os.environ["ANSIBLE_COLLECTIONS_PATH"].split(os.pathsep)[0])  # tests/conftest.py sets it
     env = dict(os.environ, PYTHONPATH=str(root))
-    internal = {"_ansible_module_name": NAME}
+    internal = {"_ansible_module_name": f"trainops.pct_launch.{module}"}
     try:  # ansible-core 2.21 and later add invocation to a result only when asked to
         C.config.get_config_value("INJECT_INVOCATION")
         internal["_ansible_inject_invocation"] = True
     except AnsibleError:
         pass
     payload = {"ANSIBLE_MODULE_ARGS": dict(args, **internal)}
-    proc = subprocess.run([sys.executable, str(MODULE)], input=json.dumps(payload).encode(), capture_output=True, env=env,
+    proc = subprocess.run([sys.executable, str(MODULES / f"{module}.py")], input=json.dumps(payload).encode(), capture_output=True, env=env,
                           timeout=60, check=False)
     return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
 
@@ -57,6 +58,19 @@ def module_answer(args: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
 def test_wrong_options_get_the_modules_own_message(args: dict[str, t.Any]) -> None:
     dummy, dummy_secrets, message = validate(NAME, ARGUMENT_SPEC, args, {})
     answer = module_answer(args)
+    assert answer.get("failed") is True, answer
+    assert message is not None and message.split(" Valid booleans")[0] == answer["msg"].split(" Valid booleans")[0]
+
+
+@pytest.mark.parametrize("args", [
+    {"log_path": "/w/train.log"},
+    {"lines": "many"},
+    {"bogus": 1, "session_name": "train"},
+    {"history": "maybe"},
+])
+def test_tmux_session_info_rules_give_the_modules_own_message(args: dict[str, t.Any]) -> None:
+    dummy, dummy_secrets, message = validate("trainops.pct_launch.tmux_session_info", _session_info.ARGUMENT_SPEC, args, _session_info.RULES)
+    answer = module_answer(args, "tmux_session_info")
     assert answer.get("failed") is True, answer
     assert message is not None and message.split(" Valid booleans")[0] == answer["msg"].split(" Valid booleans")[0]
 
