@@ -24,6 +24,7 @@ class ActionModule(ActionBase):
     """Run the report of the target's sessions."""
 
     TRANSFERS_FILES = False
+    _supports_async = True  # an async task runs the module (plugin_utils/_direct_run.run_module)
 
     def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
         """The module's report."""

@@ -141,4 +141,10 @@ def run_module(action: t.Any, module_name: str, entry: str, spec: t.Mapping[str,
     direct = attempt(action, entry, spec, args, task_vars, **rules)
     if direct is not None:
         return direct
-    return dict(action._execute_module(module_name=module_name, module_args=dict(args), task_vars=task_vars))  # pylint: disable=protected-access
+    # as ansible.builtin's normal action runs a module: an async task through async_wrapper, whose files stay for it
+    wrap_async = bool(action._task.async_val) and not action._connection.has_native_async  # pylint: disable=protected-access
+    result = dict(action._execute_module(module_name=module_name, module_args=dict(args), task_vars=task_vars,  # pylint: disable=protected-access
+                                         wrap_async=wrap_async))
+    if not wrap_async:
+        action._remove_tmp_path(action._connection._shell.tmpdir)  # pylint: disable=protected-access
+    return result

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import typing as t
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from ansible import constants as C
@@ -26,7 +27,7 @@ except ImportError:  # ansible-core before 2.19 templates every string
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _session_info
 from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run import interpreter, parse, validate
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run import interpreter, parse, run_module, validate
 
 NAME = "trainops.pct_launch.prepare_info"
 MODULES = Path(__file__).resolve().parents[4] / "plugins" / "modules"
@@ -128,3 +129,32 @@ class Action:  # pylint: disable=too-few-public-methods
 ])
 def test_the_targets_python_is_the_one_a_module_would_get(task_vars: dict[str, t.Any], expected: str | None) -> None:
     assert interpreter(Action(task_vars), task_vars) == expected
+
+
+class FakeAction:
+    """What run_module uses of an action plugin: the task, the connection, and the module run it falls back to."""
+
+    def __init__(self, async_val: int, native_async: bool = False) -> None:
+        self._task = SimpleNamespace(async_val=async_val, delegate_to=None)
+        self._connection = SimpleNamespace(has_native_async=native_async, _shell=SimpleNamespace(tmpdir="/tmp/ansible-tmp-x"))
+        self.runs: list[dict[str, t.Any]] = []
+        self.removed: list[str] = []
+
+    def _execute_module(self, **kwargs: t.Any) -> dict[str, t.Any]:
+        self.runs.append(kwargs)
+        return {"ansible_job_id": "j1", "started": 1} if kwargs["wrap_async"] else {"changed": False}
+
+    def _remove_tmp_path(self, path: str) -> None:
+        self.removed.append(path)
+
+
+@pytest.mark.parametrize(("async_val", "native", "wrapped"), [(30, False, True), (30, True, False), (0, False, False)])
+def test_a_task_the_direct_run_cannot_take_runs_the_module_as_the_normal_action_does(async_val: int, native: bool, wrapped: bool) -> None:
+    action = FakeAction(async_val, native)
+    if not async_val:  # not pipelined: no direct run either
+        action._is_pipelining_enabled = lambda *args: False  # type: ignore[attr-defined]  # pylint: disable=protected-access
+    result = run_module(action, NAME, "_prepare_check", ARGUMENT_SPEC, {"workdir": "/w"}, {})
+    assert [run["wrap_async"] for run in action.runs] == [wrapped] and action.runs[0]["module_name"] == NAME
+    assert action.runs[0]["module_args"] == {"workdir": "/w"}
+    assert ("ansible_job_id" in result) is wrapped
+    assert action.removed == ([] if wrapped else ["/tmp/ansible-tmp-x"]), "an async job's files stay for async_wrapper"
