@@ -18,26 +18,21 @@ import typing as t
 
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
-from ansible.plugins.action import ActionBase
 from ansible.utils.hashing import checksum
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
-
-MODULE_NAME = "trainops.pct_launch.prepare_info"
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run import DirectRunAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(DirectRunAction):
     """Read the controller's files, then run the module."""
 
-    TRANSFERS_FILES = False
-    _supports_async = True  # an async task runs the module (plugin_utils/_direct_run.run_module)
+    MODULE_NAME = "trainops.pct_launch.prepare_info"
+    ENTRY = "_prepare_check"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
-        """The module's report, for the sources on the controller."""
-        result = super().run(tmp, task_vars)
-        del tmp
-        args = dict(self._task.args)
+    def module_args(self, args: dict[str, t.Any]) -> dict[str, t.Any]:
+        """The task's options, with the requirements file's text and each job file's checksum, read on the controller."""
         source = args.get("venv_requirements_file")
         if source:
             try:
@@ -46,8 +41,7 @@ class ActionModule(ActionBase):
             except (AnsibleError, OSError):
                 args["venv_requirements_text"] = "-r cannot-read-on-the-controller"  # not judged: the venv role says why
         args["files"] = [self._with_checksum(item) for item in args.get("files") or []]
-        result.update(_direct_run.run_module(self, MODULE_NAME, "_prepare_check", ARGUMENT_SPEC, args, task_vars or {}))
-        return result
+        return args
 
     def _with_checksum(self, item: t.Any) -> t.Any:
         if not isinstance(item, dict) or not item.get("src"):

@@ -19,11 +19,11 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import as_int, as_text, history_path
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import read as read_history
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import name_and_log_errors
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import exit_record_path, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import tail
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import show
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root, session_state
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import name_and_log_errors
 
 MAX_LINE_BYTES = 4000
 MAX_LINES = 10000

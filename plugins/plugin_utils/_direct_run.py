@@ -8,6 +8,7 @@ and the target's Python is known (``ansible_python_interpreter``, or the interpr
 options are validated here with the module's argument spec, as ``AnsibleModule`` would (the same messages), and one
 command runs the boot program with the sources the entry imports: the same one ``pct exec`` as a pipelined module,
 without ``ansible.module_utils.basic``. Otherwise ``attempt`` returns None and the module runs as usual.
+``run_module`` is that choice; ``DirectRunAction`` is the action plugin of a module whose whole work is that run.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.module_utils.errors import UnsupportedError
+from ansible.plugins.action import ActionBase
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._direct_boot import PACKAGE
 
@@ -148,3 +150,26 @@ def run_module(action: t.Any, module_name: str, entry: str, spec: t.Mapping[str,
     if not wrap_async:
         action._remove_tmp_path(action._connection._shell.tmpdir)  # pylint: disable=protected-access
     return result
+
+
+class DirectRunAction(ActionBase):
+    """The action plugin of a module that runs as a direct run where it can: ``run_module`` with the class's module."""
+
+    TRANSFERS_FILES = False
+    _supports_async = True  # an async task runs the module (run_module)
+    MODULE_NAME = ""
+    ENTRY = ""
+    ARGUMENT_SPEC: t.Mapping[str, t.Any] = {}
+    RULES: t.Mapping[str, t.Any] = {}
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        """The module's result."""
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = self.module_args(dict(self._task.args))
+        result.update(run_module(self, self.MODULE_NAME, self.ENTRY, self.ARGUMENT_SPEC, args, task_vars or {}, **self.RULES))
+        return result
+
+    def module_args(self, args: dict[str, t.Any]) -> dict[str, t.Any]:
+        """The module's options from the task's: what the controller adds (nothing here)."""
+        return args
