@@ -165,15 +165,20 @@ def test_call_log_and_delay_knobs(private_node: StandinNode, tmp_path: Path) -> 
 
 
 def test_pty_knob_loses_nohup_job_while_tmux_survives(private_node: StandinNode) -> None:
-    """With a pty, as `ssh -t` gives, the backgrounded `&&` list dies before its redirect; tmux lives on."""
+    """With a pty, as `ssh -t` gives, the backgrounded `&&` list dies before its redirect; tmux lives on.
+
+    `sleep 1` stands for `source venv/bin/activate`: the list has work to do before its redirect. Without it the
+    outcome is a race between the list's subshell and `bash -c`'s exit, which a loaded machine sometimes loses
+    (measured: 3 of 20 logs made with both cores busy, 0 of 20 idle; 0 of 20 either way with the `sleep 1`).
+    """
     vmid = private_node.create(284)
     private_node.apt_install(vmid, "tmux")
-    nohup_job = 'cd /tmp && nohup sleep 300 > /tmp/n.log 2>&1 &'
+    nohup_job = 'cd /tmp && sleep 1 && nohup sleep 300 > /tmp/n.log 2>&1 &'
     tmux_job = ["tmux", "new-session", "-d", "-s", "probe", "sleep 300 > /tmp/t.log 2>&1"]
     # Without a tty the job survives, but holds the caller's stdout: discard it or the call waits for the job.
     without_pty = private_node.pct("exec", vmid, "--", "bash", "-c", nohup_job, timeout=30, capture=False)
     assert without_pty.returncode == 0
-    time.sleep(0.5)
+    time.sleep(2)
     assert private_node.sh(vmid, "test -e /tmp/n.log && pgrep -x sleep", check=False).returncode == 0
     private_node.sh(vmid, "pkill -x sleep; rm -f /tmp/n.log")
 
@@ -183,7 +188,7 @@ def test_pty_knob_loses_nohup_job_while_tmux_survives(private_node: StandinNode)
     with_pty = private_node.pct("exec", vmid, "--", "bash", "-c", nohup_job, extra_env=pty_env, timeout=30)
     assert with_pty.returncode == 0
     private_node.pct("exec", vmid, "--", *tmux_job, extra_env=pty_env, check=True, timeout=30)
-    time.sleep(0.5)
+    time.sleep(2)  # twice the list's `sleep 1`: a job that survived would have made its log by now
     assert private_node.sh(vmid, "test -e /tmp/n.log", check=False).returncode == 1, "nohup job should be lost"
     assert private_node.pct("exec", vmid, "--", "tmux", "has-session", "-t", "=probe").returncode == 0
     assert private_node.sh(vmid, "test -e /tmp/t.log", check=False).returncode == 0
