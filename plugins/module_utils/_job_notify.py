@@ -11,8 +11,9 @@ before the launch. Like the supervisor, this file imports nothing of the collect
 The caller builds the event (docs/job-life.md: ``log_tail`` holds the log's last ``notify_lines`` lines); it is sent
 as it is, as JSON, with the values JSON cannot hold as their str().
 
-``http.client``, ``ssl`` and ``urllib.request`` (about 18 ms of import, with the ``email`` package) are imported only
-for a ``notify_url``: by a ``Notifier`` that has one, not by the modules that only check the settings.
+``http.client``, ``ssl``, ``socket`` and ``urllib`` (about 24 ms of import, with the ``email`` package) are imported only
+for a ``notify_url``: by a ``Notifier`` that has one, and ``urllib.parse`` by the check of one; not by the supervisor or
+the modules of a job without one.
 """
 
 from __future__ import annotations
@@ -23,13 +24,10 @@ import os
 import queue
 import pwd
 import signal
-import socket
 import subprocess
 import threading
 import time
 import typing as t
-import urllib.error
-import urllib.parse
 
 STATES = ("started", "proven", "restarted", "stalled", "timeout", "finished", "failed")
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -88,6 +86,8 @@ def _url_problem(url: t.Any) -> str | None:
         return f"not a string but {type(url).__name__}"
     if any(not " " < char < "\x7f" for char in url):
         return "it holds spaces, control or non-ASCII characters"
+    import urllib.parse  # pylint: disable=import-outside-toplevel  # only a notify_url needs it
+
     try:
         parts = urllib.parse.urlsplit(url)
         host, _port = parts.hostname, parts.port
@@ -164,6 +164,8 @@ def _reap(proc: subprocess.Popen) -> None:
 
 def _unwrap(exc: BaseException) -> BaseException:
     """The error below urllib's URLError (a refused connection, a timeout, a TLS error), else ``exc``."""
+    import urllib.error  # pylint: disable=import-outside-toplevel  # only a webhook needs it
+
     reason = getattr(exc, "reason", None) if isinstance(exc, urllib.error.URLError) else None
     return reason if isinstance(reason, BaseException) else exc
 
@@ -171,6 +173,7 @@ def _unwrap(exc: BaseException) -> BaseException:
 def _error_cause(exc: BaseException) -> str:
     """The cause of a failed POST from the error's kind and the system's words, never from its text (it may hold the URL)."""
     import http.client  # pylint: disable=import-outside-toplevel  # only a webhook needs them
+    import socket  # pylint: disable=import-outside-toplevel
     import ssl  # pylint: disable=import-outside-toplevel
 
     exc = _unwrap(exc)
@@ -188,6 +191,8 @@ def _error_cause(exc: BaseException) -> str:
 def _post_once(url: str, data: bytes) -> tuple[str | None, bool]:
     """One POST: (None, False) for a status 200-299, else the cause and whether a retry may help."""
     import http.client  # pylint: disable=import-outside-toplevel  # only a webhook needs them
+    import socket  # pylint: disable=import-outside-toplevel
+    import urllib.error  # pylint: disable=import-outside-toplevel
     import urllib.request  # pylint: disable=import-outside-toplevel
 
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}

@@ -42,6 +42,11 @@ CANNOT_RUN = 126
 NOT_FOUND = 127
 
 
+def hostname() -> str:
+    """The host's name, as ``socket.gethostname()`` gives it on Linux (uname's nodename), without socket's import."""
+    return os.uname()[1]
+
+
 def now() -> str:
     """The time as the protocol writes it: ISO 8601 UTC, seconds."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 import typing as t
@@ -95,7 +94,7 @@ class Supervisor:
         """Send the event (the notifier filters by ``notify_states`` and never raises)."""
         end = end or {}
         self.notifier.send({
-            "event": event, "session_name": self.name, "host": self.job.get("host") or socket.gethostname(),
+            "event": event, "session_name": self.name, "host": self.job.get("host") or parent.hostname(),
             "attempt": self.state["attempt"], "attempts": self.state["attempt"], "time": parent.now(),
             "started_at": self.job.get("started_at"), "exit_status": end.get("exit_status"), "end_state": end.get("end_state"),
             "cause": end.get("cause"), "reason": end.get("reason") or self.state.get("reason"), "log_path": self.log_path,
@@ -182,7 +181,7 @@ class Supervisor:
         return None
 
     def _launch(self) -> dict[str, t.Any]:
-        return {"session_name": self.name, "host": self.job.get("host") or socket.gethostname(),
+        return {"session_name": self.name, "host": self.job.get("host") or parent.hostname(),
                 "started_at": self.job.get("started_at"), "log_path": self.log_path}
 
     def _error_file(self, env: t.Mapping[str, str]) -> str:

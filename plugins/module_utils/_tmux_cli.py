@@ -58,6 +58,11 @@ def reportable(value: t.Any) -> t.Any:
     return value
 
 
+def literal(word: str) -> str:
+    """``word`` as one tmux argument: tmux takes an argument ending in ``;`` for the end of a command, ``\\;`` is a ``;``."""
+    return word[:-1] + "\\;" if word.endswith(";") else word
+
+
 class Tmux:
     """The tmux program of the target, run with a clean environment.
 
@@ -105,8 +110,20 @@ class Tmux:
 
     def set_option(self, name: str, option: str, value: str) -> bool:
         """``set-option`` of a user option on the session (a value ending in ';' kept as it is)."""
-        value = value[:-1] + "\\;" if value.endswith(";") else value
-        return self.run("set-option", "-t", f"={name}:", option, value)[0] == 0
+        return self.run("set-option", "-t", f"={name}:", option, literal(value))[0] == 0
+
+    def new_session(self, name: str, command: str, options: t.Sequence[t.Tuple[str, str]]) -> tuple[int, str, str]:
+        """``new-session -d`` running ``command``, ``set-option`` of each user option, and the new pane's pane_pid.
+
+        One tmux call (commands separated by ``;``): (rc, pane_pid, stderr). tmux runs none of the later commands
+        when ``new-session`` fails.
+        """
+        args = ["new-session", "-d", "-s", name, "-x", "200", "-y", "50", literal(command)]
+        for option, value in options:
+            args += [";", "set-option", "-t", f"={name}:", option, literal(value)]
+        args += [";", "display-message", "-p", "-t", f"={name}:", "#{pane_pid}"]
+        rc, out, err = self.run(*args)
+        return rc, out.strip(), err
 
     def kill_session(self, name: str) -> None:
         """``kill-session`` (no error when it is gone)."""

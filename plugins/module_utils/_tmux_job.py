@@ -13,14 +13,13 @@ import fcntl
 import json
 import os
 import shlex
-import socket
 import sys
 import time
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import environment
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log import LogError, chown_to, header, prepare, remove_file
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import now, read_exit_record, write_whole
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import hostname, now, read_exit_record, write_whole
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_gpus import choose_gpus, gpu_lock, running_gpus
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import history_path
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stage import stage
@@ -84,7 +83,7 @@ def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping
     for leftover in ("pgid", "stop_requested", "env", "exit", "proven", "state.json"):
         remove_file(os.path.join(run_dir, leftover))
     job = {"session_name": spec.session_name, "log_path": spec.log_path, "argv": job_argv(spec), "chdir": spec.chdir,
-           "venv": spec.venv, "user": spec.user, "started_at": started_at, "host": socket.gethostname(),
+           "venv": spec.venv, "user": spec.user, "started_at": started_at, "host": hostname(),
            "supervise": dict(spec.supervise), "history_path": history_path(), "gpus": [gpu["uuid"] for gpu in chosen]}
     failed = stage(run_dir)
     if failed is not None:
@@ -103,15 +102,13 @@ def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping
 def _new_session(spec: LaunchSpec, target: Target, started_at: str) -> str:
     """Start the pane running the parent; its pane_pid."""
     command = " ".join(shlex.quote(word) for word in (sys.executable or "python3", "-I", os.path.join(spec.run_dir, "parent.py"), spec.run_dir))
-    rc, _out, err = target.tmux.run("new-session", "-d", "-s", spec.session_name, "-x", "200", "-y", "50", command)
+    options = (("@trainops_spec", spec_hash(spec)), ("@trainops_started_at", started_at),
+               ("@trainops_log", spec.log_path or ""), ("@trainops_command", display_command(spec)))
+    rc, pane_pid, err = target.tmux.new_session(spec.session_name, command, options)
     if rc != 0:
         remove_file(os.path.join(spec.run_dir, "env"))
         raise JobError("start_failed", f"tmux new-session failed: {err.strip()}")
-    name = spec.session_name
-    for option, value in (("@trainops_spec", spec_hash(spec)), ("@trainops_started_at", started_at),
-                          ("@trainops_log", spec.log_path or ""), ("@trainops_command", display_command(spec))):
-        target.tmux.set_option(name, option, value)
-    return target.tmux.display(name, "#{pane_pid}") or ""
+    return pane_pid
 
 
 def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:

@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 import json
-import socket
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import hostname
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import (
     LaunchSpec,
     display_command,
@@ -44,7 +44,7 @@ class LaunchFailed(Exception):
 
 def where() -> str:
     """``host HOSTNAME``: the module runs on its target (a container's host name is its CT's hostname)."""
-    return f"host {socket.gethostname()}"
+    return f"host {hostname()}"
 
 
 def what_failed(spec: LaunchSpec) -> str:

@@ -1,17 +1,23 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Unit tests of plugins/module_utils/_tmux_cli.py: what a result may hold (``reportable``) and reading small files."""
+"""Unit tests of plugins/module_utils/_tmux_cli.py: what a result may hold (``reportable``), reading small files, and
+``Tmux.new_session`` on a private tmux server."""
 
 from __future__ import annotations
 
 import json
 import os
+import typing as t
+import uuid
 from pathlib import Path
+
+import pytest
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import read_text, reportable
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import literal, read_text, reportable
 
 
 def test_bytes_that_are_not_utf8_become_replacement_characters(tmp_path: Path) -> None:
@@ -37,3 +43,57 @@ def test_every_byte_string_becomes_valid_utf8(data: bytes) -> None:
 
 def test_missing_file_reads_as_none(tmp_path: Path) -> None:
     assert read_text(str(tmp_path / "absent")) is None
+
+
+@pytest.fixture()
+def tmux(monkeypatch: pytest.MonkeyPatch) -> t.Iterator[_tmux_cli.Tmux]:
+    """A ``Tmux`` of a private server, killed at teardown."""
+    socket = f"trainops-ut-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setattr(_tmux_cli.Tmux, "socket_name", socket)
+    box = _tmux_cli.Tmux()
+    if not box.installed:
+        pytest.skip("tmux is not installed")
+    try:
+        yield box
+    finally:
+        box.run("kill-server")
+        # tmux 3.3 leaves the socket of a killed server behind (Tmux runs tmux without TMUX_TMPDIR: /tmp)
+        Path("/tmp", f"tmux-{os.geteuid()}", socket).unlink(missing_ok=True)
+
+
+HOSTILE_VALUES = ["plain", "ends;", ";", "two;;", "a ; kill-server", "$(touch /tmp/x) `id`", "#{pane_pid}", "\\;", ""]
+
+
+def test_new_session_sets_every_option_and_names_its_pane_in_one_call(tmux: _tmux_cli.Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One tmux process; the values come back as given, whatever ``;`` they end in; the pane_pid is the pane's."""
+    calls: list[tuple[str, ...]] = []
+    real = _tmux_cli.Tmux.run
+
+    def counted(self: _tmux_cli.Tmux, *args: str) -> tuple[int, str, str]:
+        calls.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(_tmux_cli.Tmux, "run", counted)
+    options = [(f"@ut_{index}", value) for index, value in enumerate(HOSTILE_VALUES)]
+    rc, pane_pid, err = tmux.new_session("ut-new", "sleep 30", options)
+    assert (rc, err) == (0, "") and len(calls) == 1
+    assert pane_pid.isdigit() and pane_pid == tmux.display("ut-new", "#{pane_pid}")
+    monkeypatch.setattr(_tmux_cli.Tmux, "run", real)
+    for option, value in options:
+        shown = tmux.run("show-options", "-v", "-t", "=ut-new:", option)
+        assert shown[0] == 0 and shown[1].rstrip("\n") == value, (option, value, shown)
+    assert tmux.run("has-session", "-t", "=ut-new")[0] == 0, "the server lives: no value ran as a command"
+
+
+def test_new_session_that_fails_sets_nothing_on_the_session_of_that_name(tmux: _tmux_cli.Tmux) -> None:
+    """A duplicate name: rc not 0 with tmux's error, and the later commands did not touch the session there."""
+    assert tmux.run("new-session", "-d", "-s", "ut-dup", "sleep 30")[0] == 0
+    rc, pane_pid, err = tmux.new_session("ut-dup", "sleep 31", [("@ut_mark", "set")])
+    assert rc != 0 and "duplicate session" in err and pane_pid == ""
+    assert tmux.run("show-options", "-v", "-t", "=ut-dup:", "@ut_mark")[1].strip() == ""
+
+
+@pytest.mark.parametrize("word", HOSTILE_VALUES)
+def test_literal_escapes_only_a_trailing_semicolon(word: str) -> None:
+    escaped = literal(word)
+    assert escaped == (word[:-1] + "\\;" if word.endswith(";") else word)

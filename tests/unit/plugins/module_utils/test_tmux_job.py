@@ -392,13 +392,16 @@ def test_a_job_that_exits_at_once_is_finished_with_its_status(host: Host) -> Non
 
 
 @needs_tmux
-def test_a_job_that_ended_in_a_dead_pane_is_finished(host: Host) -> None:
+def test_a_job_that_ended_in_a_dead_pane_is_finished(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     # Regression (found by these tests, fixed): _tmux_job._wait_started says state=running (no exit_status) for a job whose exit record is there while its
     # session still exists: it asks has-session, not whether the pane is alive, unlike probe() and the protocol's
     # states ("running: the pane is alive"; "finished: no session (or a dead pane), LOG.exit exists"). remain-on-exit
     # (a tmux.conf setting) keeps the dead pane; without it the same happens on a loaded host while tmux closes it.
     assert host.tmux("new-session", "-d", "-s", "keeper", "sleep 30").returncode == 0
     assert host.tmux("set-option", "-g", "remain-on-exit", "on").returncode == 0
+    # The start's first look comes 0.2 s after it began waiting: `exit 3` has ended by then, so the start sees its
+    # record (at START_TICK's 0.01 s it may look while the job still runs, and rightly say running: 1 run in 8).
+    monkeypatch.setattr(_tmux_job, "START_TICK", 0.2)
     spec = host.spec(command="exit 3")
     facts = launch(spec)
     record = read_exit_record(str(spec.log_path), spec.run_dir)

@@ -19,7 +19,7 @@ RESULT_KEYS = {"changed", "session_name", "log_path", "rotated_log", "pane_pid",
 @pytest.fixture(autouse=True)
 def hostname(monkeypatch: pytest.MonkeyPatch) -> str:
     """The host name the messages give (the module runs on its target)."""
-    monkeypatch.setattr(O.socket, "gethostname", lambda: HOSTNAME)
+    monkeypatch.setattr(O, "hostname", lambda: HOSTNAME)
     return HOSTNAME
 
 

@@ -47,7 +47,7 @@ class Launches:
 def on_this_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The module's run root in the test's temp dir, and a fixed host name for its messages."""
     monkeypatch.setattr(_tmux_run, "run_root", lambda: str(tmp_path / "run"))
-    monkeypatch.setattr(_tmux_outcome.socket, "gethostname", lambda: HOSTNAME)
+    monkeypatch.setattr(_tmux_outcome, "hostname", lambda: HOSTNAME)
     return tmp_path / "run"
 
 
