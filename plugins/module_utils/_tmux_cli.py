@@ -113,16 +113,19 @@ class Tmux:
         return self.run("set-option", "-t", f"={name}:", option, literal(value))[0] == 0
 
     def new_session(self, name: str, command: str, options: t.Sequence[t.Tuple[str, str]]) -> tuple[int, str, str]:
-        """``new-session -d`` running ``command``, ``set-option`` of each user option, and the new pane's pane_pid.
+        """``new-session -d`` running ``command``, then ``set-option`` of each user option and the new pane's pane_pid.
 
-        One tmux call (commands separated by ``;``): (rc, pane_pid, stderr). tmux runs none of the later commands
-        when ``new-session`` fails.
+        Two tmux calls: (rc, pane_pid, stderr). The options and the pane_pid are one call (commands separated by
+        ``;``), apart from ``new-session``: the client that starts the server becomes it and keeps its argv, which
+        ``ps`` and ``pkill -f`` would then see with the job's command in it.
         """
-        args = ["new-session", "-d", "-s", name, "-x", "200", "-y", "50", literal(command)]
+        rc, _out, err = self.run("new-session", "-d", "-s", name, "-x", "200", "-y", "50", literal(command))
+        if rc != 0:
+            return rc, "", err
+        args: list[str] = []
         for option, value in options:
-            args += [";", "set-option", "-t", f"={name}:", option, literal(value)]
-        args += [";", "display-message", "-p", "-t", f"={name}:", "#{pane_pid}"]
-        rc, out, err = self.run(*args)
+            args += ["set-option", "-t", f"={name}:", option, literal(value), ";"]
+        rc, out, err = self.run(*args, "display-message", "-p", "-t", f"={name}:", "#{pane_pid}")
         return rc, out.strip(), err
 
     def kill_session(self, name: str) -> None:

@@ -65,7 +65,8 @@ HOSTILE_VALUES = ["plain", "ends;", ";", "two;;", "a ; kill-server", "$(touch /t
 
 
 def test_new_session_sets_every_option_and_names_its_pane_in_one_call(tmux: _tmux_cli.Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One tmux process; the values come back as given, whatever ``;`` they end in; the pane_pid is the pane's."""
+    """Two tmux calls; the values come back as given, whatever ``;`` they end in; the pane_pid is the pane's; the
+    server's argv (it is the client that started it) holds none of the values."""
     calls: list[tuple[str, ...]] = []
     real = _tmux_cli.Tmux.run
 
@@ -76,13 +77,16 @@ def test_new_session_sets_every_option_and_names_its_pane_in_one_call(tmux: _tmu
     monkeypatch.setattr(_tmux_cli.Tmux, "run", counted)
     options = [(f"@ut_{index}", value) for index, value in enumerate(HOSTILE_VALUES)]
     rc, pane_pid, err = tmux.new_session("ut-new", "sleep 30", options)
-    assert (rc, err) == (0, "") and len(calls) == 1
+    assert (rc, err) == (0, "") and len(calls) == 2
     assert pane_pid.isdigit() and pane_pid == tmux.display("ut-new", "#{pane_pid}")
     monkeypatch.setattr(_tmux_cli.Tmux, "run", real)
     for option, value in options:
         shown = tmux.run("show-options", "-v", "-t", "=ut-new:", option)
         assert shown[0] == 0 and shown[1].rstrip("\n") == value, (option, value, shown)
     assert tmux.run("has-session", "-t", "=ut-new")[0] == 0, "the server lives: no value ran as a command"
+    server = tmux.run("display-message", "-p", "-t", "=ut-new:", "#{pid}")[1].strip()
+    argv = Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
+    assert b"sleep 30" in argv and not any(b"kill-server" in word for word in argv), argv
 
 
 def test_new_session_that_fails_sets_nothing_on_the_session_of_that_name(tmux: _tmux_cli.Tmux) -> None:
