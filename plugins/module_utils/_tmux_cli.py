@@ -115,9 +115,10 @@ class Tmux:
     def new_session(self, name: str, command: str, options: t.Sequence[t.Tuple[str, str]]) -> tuple[int, str, str]:
         """``new-session -d`` running ``command``, then ``set-option`` of each user option and the new pane's pane_pid.
 
-        Two tmux calls: (rc, pane_pid, stderr). The options and the pane_pid are one call (commands separated by
-        ``;``), apart from ``new-session``: the client that starts the server becomes it and keeps its argv, which
-        ``ps`` and ``pkill -f`` would then see with the job's command in it.
+        Two tmux calls: (``new-session``'s rc and stderr, the pane_pid or ``""``). The options and the pane_pid are one
+        call (commands separated by ``;``), apart from ``new-session``: the client that starts the server becomes it
+        and keeps its argv, which ``ps`` and ``pkill -f`` would then see with the job's command in it. Once the session
+        is there, a failure of that second call leaves the pane_pid empty, as one ``set-option`` that failed did.
         """
         rc, _out, err = self.run("new-session", "-d", "-s", name, "-x", "200", "-y", "50", literal(command))
         if rc != 0:
@@ -125,8 +126,8 @@ class Tmux:
         args: list[str] = []
         for option, value in options:
             args += ["set-option", "-t", f"={name}:", option, literal(value), ";"]
-        rc, out, err = self.run(*args, "display-message", "-p", "-t", f"={name}:", "#{pane_pid}")
-        return rc, out.strip(), err
+        rc, out, _err = self.run(*args, "display-message", "-p", "-t", f"={name}:", "#{pane_pid}")
+        return 0, out.strip() if rc == 0 else "", err
 
     def kill_session(self, name: str) -> None:
         """``kill-session`` (no error when it is gone)."""
