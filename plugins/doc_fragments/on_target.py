@@ -33,4 +33,8 @@ notes:
     messages, and runs the module's code on the target without Ansible's module runtime (a direct run) - the same
     one C(pct exec) and the same result, without importing C(ansible.module_utils.basic) there, which costs a module
     run most of its CPU on the target. Otherwise the module runs as usual.
+  - A direct run keeps the code it compiles on the target, by the SHA-256 digest of each source, in
+    C(/var/cache/trainops-pct-launch) (root; other users under C(~/.cache/trainops-pct-launch)); the variable
+    C(TRAINOPS_CODE_CACHE) in the target's environment names another folder, and empty turns it off. It is used
+    only from folders of the user's own that nobody else may write. Check mode keeps nothing.
 """

@@ -7,11 +7,14 @@ go to ``RUN_DIR/lib/ansible_collections/trainops/pct_launch/plugins/module_utils
 ``__init__.py`` files (a regular package, so that another ``ansible_collections`` installed in the
 target cannot shadow it), and are imported from there by their usual names. The sources come from the
 module's own zip (AnsiballZ) or files, so the job runs the code of the collection that launched it.
+A file already there with the same text (a regular file of ours, mode 0600) is left as it is: its mtime stays,
+so the compiled code Python keeps beside it (``__pycache__``) is used again by the next start's supervisor.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import types
 import typing as t
 
@@ -45,14 +48,26 @@ def program_files(run_dir: str) -> t.Iterator[tuple[str, str]]:
         yield os.path.join(folder, module.__name__.rpartition(".")[2] + ".py"), source_of(module)
 
 
+def unchanged(path: str, text: str) -> bool:
+    """Whether ``path`` is a regular file of this user's, mode 0600, that holds ``text`` already."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o600:
+            return False
+        with open(path, "rb") as handle:
+            return handle.read() == text.encode("utf-8", "surrogateescape")
+    except OSError:
+        return False
+
+
 def stage(run_dir: str) -> str | None:
-    """Write the program into ``run_dir`` (mode 0600, folders 0700); the first file that could not be written, or None."""
+    """Write the program into ``run_dir`` (mode 0600, folders 0700) where it differs; the first file that could not be written, or None."""
     for path, text in program_files(run_dir):
         folder = os.path.dirname(path)
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
         except OSError:
             return path
-        if not write_whole(path, text, 0o600):
+        if not unchanged(path, text) and not write_whole(path, text, 0o600):
             return path
     return None

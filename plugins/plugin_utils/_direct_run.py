@@ -13,6 +13,7 @@ without ``ansible.module_utils.basic``. Otherwise ``attempt`` returns None and t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import typing as t
@@ -55,8 +56,14 @@ def plain(value: t.Any) -> t.Any:
 
 
 def program(entry: str, params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> bytes:
-    """The boot program's source and the line that calls it with the payload: what the target's Python reads."""
-    payload = json.dumps({"sources": sources(entry), "entry": entry, "params": plain(dict(params)), "check_mode": check_mode, "diff": diff})
+    """The boot program's source and the line that calls it with the payload: what the target's Python reads.
+
+    The payload holds each source's SHA-256 digest, by which the target keeps its compiled code (``_direct_boot.CodeCache``).
+    """
+    texts = sources(entry)
+    digests = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in texts.items()}
+    payload = json.dumps({"sources": texts, "digests": digests, "entry": entry, "params": plain(dict(params)),
+                          "check_mode": check_mode, "diff": diff})
     boot = (MODULE_UTILS / f"{BOOT}.py").read_text(encoding="utf-8")
     return f"{boot}\nmain({payload!r})\n".encode("utf-8")
 

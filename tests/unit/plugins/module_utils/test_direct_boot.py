@@ -8,8 +8,11 @@ collection's code only from the sources in the payload, so a source the controll
 
 from __future__ import annotations
 
+import hashlib
 import json
+import marshal
 import os
+import pwd
 import subprocess
 import sys
 import typing as t
@@ -27,11 +30,16 @@ HOSTILE = ["it's", 'say "hi"', "'''", '"""', "back\\slash", "new\nline", "$(touc
            "tab\there", "{{ not_a_template }}", "%s %d", "\\u0041"]
 
 
-def target_run(tmp_path: Path, entry: str, params: t.Mapping[str, t.Any], check_mode: bool = False) -> tuple[int, dict[str, t.Any], str]:
-    """Run the program as the target would; (exit status, its result line, stderr). Nothing may be left behind."""
+def target_run(tmp_path: Path, entry: str, params: t.Mapping[str, t.Any], check_mode: bool = False,
+               cache: str | None = None) -> tuple[int, dict[str, t.Any], str]:
+    """Run the program as the target would; (exit status, its result line, stderr). Nothing may be left behind.
+
+    The compiled code is kept in ``cache`` (TRAINOPS_CODE_CACHE), by default ``tmp_path/cache``.
+    """
     folder = tmp_path / "target"
     folder.mkdir(exist_ok=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "PYTHONDONTWRITEBYTECODE": ""}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "PYTHONDONTWRITEBYTECODE": "",
+           "TRAINOPS_CODE_CACHE": str(tmp_path / "cache") if cache is None else cache}
     proc = subprocess.run([sys.executable, "-I", "-"], input=program(entry, params, check_mode), capture_output=True,
                           cwd=folder, env=env, timeout=60, check=False)
     lines = proc.stdout.decode().splitlines()
@@ -113,3 +121,71 @@ def test_the_sources_are_the_files_and_a_lazy_import_is_among_them() -> None:
     # _job_gpus imports _gpu_smi only inside a function (a lazy import), and _tmux_job needs it for gpus
     assert f"{PACKAGE}._gpu_smi" in sent
     assert sources("_prepare_check") == {f"{PACKAGE}._prepare_check": (root / "_prepare_check.py").read_text(encoding="utf-8")}
+
+
+def _kept(tmp_path: Path) -> Path:
+    """The folder where target_run's Python keeps its compiled code (as the target names it)."""
+    env = {"TRAINOPS_CODE_CACHE": str(tmp_path / "cache")}
+    probe = "import sys, json; sys.path.insert(0, sys.argv[1]); import _direct_boot as b; print(b.code_folder())"
+    boot_dir = str(Path(sys.modules[SourceImporter.__module__].__file__ or "").parent)
+    proc = subprocess.run([sys.executable, "-I", "-c", probe, boot_dir], capture_output=True, text=True, env=env, check=True)
+    return Path(proc.stdout.strip())
+
+
+def _plant(folder: Path, entry: str, answer: str) -> Path:
+    """Keep, for the digest of ``entry``'s source, code whose direct_run answers ``answer``."""
+    digest = hashlib.sha256(sources(entry)[f"{PACKAGE}.{entry}"].encode("utf-8")).hexdigest()
+    code = compile(f"def direct_run(params, check_mode, diff):\n    return {{'answer': {answer!r}}}\n", "<planted>", "exec")
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{digest}.code"
+    path.write_bytes(marshal.dumps(code))
+    return path
+
+
+def test_compiled_code_is_kept_once_and_then_used(tmp_path: Path) -> None:
+    params = prepare_params()
+    status, result, stderr = target_run(tmp_path, "_prepare_check", params)
+    assert status == 0 and result == report(params), stderr
+    folder = _kept(tmp_path)
+    kept = sorted(path.name for path in folder.iterdir())
+    digest = hashlib.sha256(sources("_prepare_check")[f"{PACKAGE}._prepare_check"].encode("utf-8")).hexdigest()
+    assert kept == [f"{digest}.code"]
+    assert (oct(folder.stat().st_mode & 0o777), oct((folder / kept[0]).stat().st_mode & 0o777)) == ("0o700", "0o600")
+    _plant(folder, "_prepare_check", "from the cache")  # the next run runs what is kept for the source's digest
+    status, result, stderr = target_run(tmp_path, "_prepare_check", params)
+    assert (status, result) == (0, {"answer": "from the cache"}), stderr
+
+
+def test_check_mode_keeps_nothing_and_an_empty_setting_no_cache(tmp_path: Path) -> None:
+    status, _result, stderr = target_run(tmp_path, "_prepare_check", prepare_params(), check_mode=True)
+    assert status == 0, stderr
+    assert not (tmp_path / "cache").exists()
+    _plant(_kept(tmp_path), "_prepare_check", "from the cache")
+    status, result, stderr = target_run(tmp_path, "_prepare_check", prepare_params(), cache="")
+    assert status == 0 and "answer" not in result, (result, stderr)
+
+
+@pytest.mark.parametrize("fault", ["folder others may write", "folder above others may write", "file of another user",
+                                   "symlink", "not marshal data", "marshal data of no code"])
+def test_kept_code_that_cannot_be_trusted_or_loaded_is_compiled_anew(tmp_path: Path, fault: str) -> None:
+    folder = _kept(tmp_path)
+    path = _plant(folder, "_prepare_check", "from the cache")
+    if fault == "folder others may write":
+        folder.chmod(0o777)
+    elif fault == "folder above others may write":
+        folder.parent.chmod(0o777)
+    elif fault == "file of another user":
+        if os.geteuid() != 0:
+            pytest.skip("chown needs root")
+        os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
+    elif fault == "symlink":
+        real = tmp_path / "elsewhere.code"
+        path.rename(real)
+        path.symlink_to(real)
+    elif fault == "not marshal data":
+        path.write_bytes(b"\x00not marshal")
+    else:
+        path.write_bytes(marshal.dumps({"not": "code"}))
+    params = prepare_params()
+    status, result, stderr = target_run(tmp_path, "_prepare_check", params)
+    assert (status, result) == (0, report(params)), stderr
