@@ -540,3 +540,35 @@ def test_control_persist(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> 
     print(f"\n5 sequential pings (pipelining {pipelining}): plain ssh (pct_ssh_control_persist no) {seconds['plain']:.2f} s, "
           f"as shipped {seconds['as shipped']:.2f} s, the user's ControlPersist {seconds['ControlPersist']:.2f} s, "
           f"ratio plain / shipped {seconds['plain'] / seconds['as shipped']:.2f}")
+
+
+def test_a_cold_fleet_makes_one_handshake_per_node(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> None:
+    """8 hosts of one node, forks 8, no master open: one ssh authenticates, every other call goes through its master.
+
+    Regression (found by benchmarks/run.sh, fixed in plugin_utils/_ssh_master.py): the 8 workers of the first task
+    started together, each found no master yet, and each made a handshake of its own. ssh logs every call (``-v``,
+    ``-E``, through pct_ssh_executable); a call that authenticated says "Authenticated to".
+    """
+    logs = tmp_path / "ssh-logs"
+    logs.mkdir()
+    wrapper = tmp_path / "ssh-logged"
+    wrapper.write_text(f'#!/bin/sh\nexec ssh -E "{logs}/ssh.$$.log" -v "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    control_dir = Path(tempfile.mkdtemp(prefix="rn-one-", dir="/tmp"))
+    hosts = {f"ct320-{n}": {"pct_vmid": CT_A, "pct_node": "pve-a"} for n in range(8)}
+    inventory = write_inventory(tmp_path / "inventory.yml", fleet.ssh_config, hosts, nodes=(),
+                                container_vars={"pct_ssh_executable": str(wrapper), "pct_ssh_control_path_dir": str(control_dir)})
+    tasks = [{"name": "Ping", "ansible.builtin.ping": {}}, {"name": "Ping again", "ansible.builtin.ping": {}}]
+    try:
+        proc, results = runner.play(inventory, tasks, "training", "--forks", "8")
+        assert proc.returncode == 0, output(proc)
+        assert all(task_result(results, "Ping again", host)["ping"] == "pong" for host in hosts)
+        texts = [path.read_text(encoding="utf-8", errors="replace") for path in sorted(logs.iterdir())]
+        authenticated = [text for text in texts if "Authenticated to" in text]
+        assert len(authenticated) == 1, f"{len(authenticated)} of {len(texts)} ssh calls authenticated"
+        assert len(texts) >= 16 + 2, len(texts)  # 16 module calls, the check and the master
+    finally:
+        subprocess.run(["ssh", "-F", str(fleet.ssh_config), "-o", f"ControlPath={control_dir}/pct-%C", "-O", "exit", "pve-a"],
+                       capture_output=True, timeout=30, check=False)
+        shutil.rmtree(control_dir, ignore_errors=True)
+    print(f"\n8 hosts, forks 8, cold: {len(texts)} ssh calls, {len(authenticated)} authenticated")
