@@ -28,6 +28,7 @@ import importlib
 import json
 import os
 import pwd
+import select
 import signal
 import subprocess
 import sys
@@ -233,8 +234,22 @@ def forward_signals(children: list[int], received: list[int] | None = None) -> N
         signal.signal(signum, forward)
 
 
-def wait_job(proc: subprocess.Popen, timeout: float | None = None) -> int | None:
-    """The job's status as a shell reports it (128+N when signal N killed it); None if it still runs after ``timeout`` s."""
+def pidfd_of(proc: subprocess.Popen) -> int:
+    """A pidfd of the job's process (Linux 5.3 and Python 3.9 on): readable once it ends; -1 where there is none."""
+    try:
+        return int(os.pidfd_open(proc.pid))  # type: ignore[attr-defined,unused-ignore]
+    except (AttributeError, OSError):
+        return -1
+
+
+def wait_job(proc: subprocess.Popen, timeout: float | None = None, pidfd: int = -1) -> int | None:
+    """The job's status as a shell reports it (128+N when signal N killed it); None if it still runs after ``timeout`` s.
+
+    With a ``pidfd`` (``pidfd_of``) the wait sleeps until the job ends or the time is up; without one
+    ``Popen.wait`` looks every few milliseconds.
+    """
+    if pidfd >= 0 and timeout is not None and not select.select([pidfd], [], [], timeout)[0]:
+        return None
     try:
         status = proc.wait(timeout)
     except subprocess.TimeoutExpired:

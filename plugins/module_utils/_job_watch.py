@@ -113,12 +113,17 @@ class Watch:
 
     def run(self) -> tuple[int, dict[str, bool]]:
         """Watch until the attempt ends; its status and how it ended."""
-        while True:
-            status = parent.wait_job(self.proc, TICK)
-            self.output()
-            self.sup.tick()
-            if status is not None:
-                self.flags["stopped"] = parent.stop_signal_of(self.sup.run_dir) is not None
-                self.flags["signalled"] = bool(self.sup.received)  # the pane was told to end (tmux kill-session: HUP)
-                return status, self.flags
-            self.limits()
+        pidfd = parent.pidfd_of(self.proc)  # sleep between ticks rather than poll: the job's end wakes the wait
+        try:
+            while True:
+                status = parent.wait_job(self.proc, TICK, pidfd)
+                self.output()
+                self.sup.tick()
+                if status is not None:
+                    self.flags["stopped"] = parent.stop_signal_of(self.sup.run_dir) is not None
+                    self.flags["signalled"] = bool(self.sup.received)  # the pane was told to end (tmux kill-session: HUP)
+                    return status, self.flags
+                self.limits()
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)

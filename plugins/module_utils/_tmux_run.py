@@ -8,7 +8,6 @@ The module (``plugins/modules/tmux_session.py``) and a direct run (``plugin_util
 
 from __future__ import annotations
 
-import dataclasses
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import ARGUMENT_SPEC as SUPERVISE_SPEC
@@ -52,7 +51,7 @@ def run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str
         spec = spec_from_params(params)
     except SpecError as exc:
         return {"failed": True, "msg": str(exc)}
-    spec = dataclasses.replace(spec, run_root=run_root())
+    spec = spec._replace(run_root=run_root())
     try:
         facts = launch(spec, check_mode=check_mode)
     except JobError as exc:

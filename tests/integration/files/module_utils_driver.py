@@ -17,7 +17,6 @@ the result as ASCII JSON too, so every byte comes back. A launch error is printe
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import typing as t
@@ -35,7 +34,7 @@ def tmux_session(params: dict[str, t.Any]) -> dict[str, t.Any]:
         spec = spec_from_params(params)
     except SpecError as exc:
         return {"failed": True, "error": "spec", "msg": str(exc)}
-    spec = dataclasses.replace(spec, run_root=run_root())
+    spec = spec._replace(run_root=run_root())
     try:
         facts = launch(spec, check_mode=False)
     except JobError as exc:

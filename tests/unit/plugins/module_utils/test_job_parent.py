@@ -512,3 +512,42 @@ class _FullFile(io.RawIOBase):
 def test_a_protocol_line_on_a_full_file_system_is_lost_quietly() -> None:
     """The trailer's write fails on a full log: the parent goes on to write the exit record (it must not die there)."""
     _job_parent.log_line(t.cast(t.BinaryIO, _FullFile()), "### trainops.pct_launch: session=s exit_status=3")  # pylint: disable=protected-access
+
+
+# The supervisor's wait between ticks (_job_watch.Watch.run): with a pidfd it sleeps in select until the job
+# ends or the tick is over, where Popen.wait(timeout) would look with waitpid every few milliseconds.
+def test_wait_job_with_a_pidfd_sleeps_while_the_job_runs_and_wakes_at_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(5)"], stdin=subprocess.PIPE)
+    pidfd = _job_parent.pidfd_of(proc)
+    assert pidfd >= 0, "os.pidfd_open is there on this machine (Linux 5.3, Python 3.9 on)"
+    waitpids: list[int] = []
+    real_waitpid = os.waitpid
+
+    def counting_waitpid(pid: int, options: int) -> tuple[int, int]:
+        waitpids.append(pid)
+        return real_waitpid(pid, options)
+
+    monkeypatch.setattr(os, "waitpid", counting_waitpid)
+    try:
+        assert _job_parent.wait_job(proc, 0.3, pidfd) is None
+        assert not waitpids, f"a running job was polled {len(waitpids)} times in one tick"
+        assert proc.stdin is not None
+        proc.stdin.close()  # the job ends now
+        assert _job_parent.wait_job(proc, 60.0, pidfd) == 5 and proc.returncode == 5
+    finally:
+        os.close(pidfd)
+        proc.kill()
+        proc.wait()
+
+
+def test_wait_job_without_a_pidfd_still_waits_for_the_end() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(7)"], stdin=subprocess.PIPE)
+    try:
+        assert _job_parent.wait_job(proc, 0.1) is None
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert _job_parent.wait_job(proc, 60.0) == 7
+    finally:
+        proc.kill()
+        proc.wait()
+

@@ -12,7 +12,6 @@ which in some containers takes a second, and until then its process group (a zom
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pwd
@@ -70,7 +69,7 @@ class Host:
         values: dict[str, t.Any] = {"session_name": f"ut-{uuid.uuid4().hex[:10]}"}
         values["log_path"] = str(self.logs / f"{values['session_name']}.log")
         values.update(params)
-        return dataclasses.replace(spec_from_params(values), run_root=str(self.run_root))
+        return spec_from_params(values)._replace(run_root=str(self.run_root))
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
         # the environment Tmux gives tmux, so that both reach the same server whatever TMUX_TMPDIR says here
@@ -133,7 +132,7 @@ def _ended(host: Host, spec: LaunchSpec) -> None:
 
 
 def _stopped(spec: LaunchSpec, **changes: t.Any) -> LaunchSpec:
-    return dataclasses.replace(spec, state="stopped", **changes)
+    return spec._replace(state="stopped", **changes)
 
 
 def _assert_nothing_started(host: Host, spec: LaunchSpec) -> None:
@@ -213,7 +212,7 @@ def test_check_mode_on_a_running_session_plans_without_acting(host: Host) -> Non
     pane = launch(spec)["pane_pid"]
     assert launch(spec, True)["would"] == "none"
     assert launch(_stopped(spec), True)["would"] == "stop"
-    assert launch(dataclasses.replace(spec, state="restarted"), True)["would"] == "restart"
+    assert launch(spec._replace(state="restarted"), True)["would"] == "restart"
     assert not Path(spec.run_dir, "stop_requested").exists()
     assert host.tmux("display-message", "-p", "-t", f"={spec.session_name}:", "#{pane_pid}").stdout.strip() == pane
 
@@ -222,7 +221,7 @@ def test_check_mode_on_a_running_session_plans_without_acting(host: Host) -> Non
 def test_a_different_spec_while_running_is_a_conflict(host: Host) -> None:
     spec = host.spec(command="sleep 30")
     pane = launch(spec)["pane_pid"]
-    other = dataclasses.replace(spec, command="sleep 31")
+    other = spec._replace(command="sleep 31")
     for check_mode in (False, True):
         with pytest.raises(JobError) as caught:
             launch(other, check_mode)
@@ -272,7 +271,7 @@ def test_restart_replaces_a_running_job(host: Host) -> None:
     spec = host.spec(command="echo one; exec sleep 30")
     first = launch(spec)
     _wait_for(lambda: "one" in _text(spec.log_path))
-    facts = launch(dataclasses.replace(spec, state="restarted", command="echo two; exec sleep 30"))
+    facts = launch(spec._replace(state="restarted", command="echo two; exec sleep 30"))
     assert facts["result"] == "started" and facts["state"] == "running", facts
     assert facts["exit_status"] == "143" and facts["killed"] == "0"
     assert facts["pane_pid"].isdigit() and facts["pane_pid"] != first["pane_pid"]
@@ -532,7 +531,7 @@ def test_a_started_job_says_whether_its_start_was_proven(host: Host) -> None:
     facts = launch(spec)
     assert facts["result"] == "unchanged" and facts["proven"] == "1" and facts["before_proven"] == "1", facts
     assert result(spec, facts, False)["proven"] is True
-    facts = launch(dataclasses.replace(spec, state="restarted"))
+    facts = launch(spec._replace(state="restarted"))
     assert facts["result"] == "started" and result(spec, facts, False)["proven"] is False
     assert launch(spec)["proven"] == "0", "a restarted job is a new session: not proven"
 
@@ -554,7 +553,7 @@ def test_the_exit_record_in_run_stands_in_for_an_empty_log_exit_and_moves_with_i
     Path(str(spec.log_path) + ".exit").write_bytes(b"")  # as a full file system leaves it
     facts = launch(spec, True)
     assert facts["before_state"] == "finished" and facts["would"] == "start", facts
-    other = dataclasses.replace(spec, log_path=str(host.logs / "other.log"))
+    other = spec._replace(log_path=str(host.logs / "other.log"))
     Path(str(other.log_path)).write_text("x\n", encoding="utf-8")
     assert launch(other, True)["before_state"] == "vanished", "the record in the run dir belongs to another log"
     record = Path(spec.run_dir, "exit").read_bytes()
