@@ -177,7 +177,8 @@ def _act(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
     if spec.action == "start" and before.running:
         plan(spec, before)  # raises on another spec
         return {"result": "unchanged", "pane_pid": before.pane_pid, "started_at": before.started_at,
-                "proven": "1" if before.proven else "0", "state": "running", "gpus": running_gpus(spec.run_dir)}
+                "proven": "1" if before.proven else "0", "state": "running", "gpus": running_gpus(spec.run_dir),
+                "log_size": _size(spec.log_path)}
     if spec.action == "stop":
         if before.running:
             return dict(stop(spec, target, before), result="stopped")
@@ -193,6 +194,14 @@ def _act(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
         facts.update(stop(spec, target, before))
     facts.update(start(spec, target, before))
     return facts
+
+
+def _size(path: str | None) -> str:
+    """The size of the log of a job found running (where a wait for its end starts), "" when it cannot be read."""
+    try:
+        return str(os.stat(path or "").st_size)
+    except OSError:
+        return ""
 
 
 def launch(spec: LaunchSpec, check_mode: bool = False) -> dict[str, str]:

@@ -174,6 +174,8 @@ def result(spec: LaunchSpec, facts: dict[str, str], check_mode: bool) -> dict[st
         "diff": diff(spec, facts, state),
     }
     out["proven"] = proven(facts, state, changed) if not check_mode else None
+    if unchanged_running and facts.get("log_size"):
+        out["log_size"] = _int(facts["log_size"])
     if facts.get("exit_status"):
         out["exit_status"] = _int(facts["exit_status"])
     if facts.get("killed") == "1":

@@ -407,6 +407,14 @@ proven:
   returned: always
   type: bool
   sample: true
+log_size:
+  description:
+    - For a job found running (O(state=started), nothing changed), the size of its log in bytes when the task read it.
+    - Pass it as O(trainops.pct_launch.wait_for_log#module:offset) to wait for the job's end from where its log ended
+      then, without its earlier lines (C(playbooks/launch.yml) does so with C(job_wait_until=finished)).
+  returned: when O(state=started) found the job running and its log readable
+  type: int
+  sample: 52133
 gpus:
   description:
     - UUIDs of the GPUs the job was given (O(gpus)), in the order of C(CUDA_VISIBLE_DEVICES); in check mode, the ones it would get.

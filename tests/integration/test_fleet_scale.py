@@ -64,7 +64,7 @@ LONG_JOB = {"job_command": "python3 /workspace/train.py --steps 20000 --sleep 0.
 SESSION = "train-example"
 LAUNCH = "Start the job in its detached tmux session"
 HANDLER = "Wait for the job's log to prove it started"
-REPROOF = "Prove the start of a job that runs unproven"
+REPROOF = "Prove the start of a job found running, or wait for its end"
 SUMMARY = "Summarize the launch per container"
 PREPARE_TASK = "Find out what the container lacks for the job"
 APT = ("export DEBIAN_FRONTEND=noninteractive; { apt-get update -qq && apt-get install -y -qq --no-install-recommends "

@@ -49,7 +49,7 @@ PYTHON = "/usr/bin/python3"
 CALLBACK_DIR = Path(__file__).resolve().parent / "files" / "playbooks" / "callback_plugins"
 BIN = Path(sys.executable).parent
 LAUNCH = "Start the job in its detached tmux session"
-REPROOF = "Prove the start of a job that runs unproven"
+REPROOF = "Prove the start of a job found running, or wait for its end"
 HANDLER = "Wait for the job's log to prove it started"
 SUMMARY = "Summarize the launch per container"
 PATTERN = r"^step \d+ loss"
@@ -316,7 +316,7 @@ def test_a_ci_wait_for_a_job_found_running_and_proven_waits_for_its_end(ct_proof
     assert first.proc.returncode == 0, first.output
     again = launch_playbook(tmp_path, ct_proof, "pct", dict(job, job_wait_until="finished"))
     assert again.proc.returncode != 0, again.output
-    waited = again.task("Wait for the end of the job found running", f"ct{ct_proof}")
+    waited = again.task(REPROOF, f"ct{ct_proof}")  # one task: no stat of the log first (tmux_session gives its log_size)
     assert waited is not None and waited["verdict"] == "failed" and waited["exit_status"] == 3, again.output
     shown = again.proc.stdout.splitlines()
     assert "eval done" in shown, again.output

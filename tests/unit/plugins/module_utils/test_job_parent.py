@@ -550,4 +550,3 @@ def test_wait_job_without_a_pidfd_still_waits_for_the_end() -> None:
     finally:
         proc.kill()
         proc.wait()
-

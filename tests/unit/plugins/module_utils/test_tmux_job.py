@@ -176,6 +176,9 @@ def test_a_second_launch_of_the_same_spec_is_unchanged(host: Host) -> None:
     assert again["result"] == "unchanged" and again["state"] == "running", again
     assert again["pane_pid"] == first["pane_pid"] and again["started_at"] == first["started_at"]
     assert again["before_state"] == "running" and again["before_proven"] == "0" and again["proven"] == "0"
+    # where a wait for the end of the job found running starts (launch.yml with job_wait_until finished)
+    assert again["log_size"] == str(Path(str(spec.log_path)).stat().st_size) and int(again["log_size"]) > 0, again
+    assert "log_size" not in first
     sessions = host.tmux("list-sessions", "-F", "#{session_name}").stdout.split()
     assert sessions == [spec.session_name]
     assert _text(spec.log_path).count("### trainops.pct_launch: session=") == 1, "no second header"

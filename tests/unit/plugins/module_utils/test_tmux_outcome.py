@@ -89,9 +89,12 @@ def test_result_started_and_unchanged() -> None:
     out = O.result(spec(), facts, False)
     assert out["changed"] is True and out["pane_pid"] == 42 and out["rotated_log"] == "/srv/train.log.1"
     assert out["diff"]["before"] == "state: finished\n" and "command: python train.py" in out["diff"]["after"]
-    facts = {"result": "unchanged", "pane_pid": "42", "started_at": "T", "state": "running", "before_state": "running"}
+    assert "log_size" not in out
+    facts = {"result": "unchanged", "pane_pid": "42", "started_at": "T", "state": "running", "before_state": "running",
+             "log_size": "5210"}
     out = O.result(spec(), facts, False)
     assert out["changed"] is False and out["state"] == "running" and out["diff"]["before"] == out["diff"]["after"]
+    assert out["log_size"] == 5210
 
 
 def test_result_check_mode_and_stop() -> None:
