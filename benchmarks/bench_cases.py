@@ -100,7 +100,9 @@ def status(run: Run, expect_rc: int = 0) -> str:
 
 def play_label(name: str) -> str:
     """A short label for a play of launch.yml."""
-    for word, label in (("before the launch", "preflight"), ("Record", "record"), ("Prepare", "prepare"), ("Launch", "launch")):
+    words = (("before the launch", "preflight"), ("GPU", "preflight"), ("Record", "record"), ("Prepare", "prepare"), ("lack", "prepare"),
+             ("Launch", "launch"))
+    for word, label in words:
         if word in name:
             return label
     return name
