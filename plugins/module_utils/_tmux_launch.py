@@ -89,6 +89,15 @@ def _env(value: t.Mapping[str, t.Any] | None) -> tuple[tuple[str, str], ...]:
     return tuple(items)
 
 
+def _joined_env(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """``env`` and ``public_env``: one environment for the job (and its spec hash), each name given once."""
+    secret, public = params.get("env") or {}, params.get("public_env") or {}
+    both = sorted(set(secret) & set(public), key=str)
+    if both:
+        raise SpecError(f"Invalid public_env: {', '.join(map(str, both))} also in env; give each variable in one of them")
+    return dict(secret, **public)
+
+
 def _job(params: t.Mapping[str, t.Any]) -> tuple[str | None, tuple[str, ...] | None]:
     command, argv = params.get("command"), params.get("argv")
     if command is not None and (not isinstance(command, str) or not command.strip()):
@@ -150,7 +159,7 @@ def spec_from_params(params: t.Mapping[str, t.Any]) -> LaunchSpec:
         supervise = supervise_from_params(params) if starting else ()
     except ValueError as exc:
         raise SpecError(str(exc)) from None
-    env = _env(params.get("env"))
+    env = _env(_joined_env(params))
     gpus = _gpus(params, env) if starting else None
     return LaunchSpec(
         session_name=_session_name(params.get("session_name")), state=state,

@@ -23,6 +23,7 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = dict(
     argv=dict(type="list", elements="str"),
     chdir=dict(type="str"),
     env=dict(type="dict", no_log=True),
+    public_env=dict(type="dict"),
     venv=dict(type="str"),
     user=dict(type="str"),
     log_path=dict(type="str"),

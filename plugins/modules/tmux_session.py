@@ -73,6 +73,18 @@ options:
         to a file on the target first, so the action plugin refuses O(env) there and starts nothing.
       - On the target the values are written only to C(RUN_DIR/env) (mode 0600, in C(/run), a tmpfs on most systems),
         which the job's parent deletes before the job starts.
+      - Like every value of an option Ansible hides (C(no_log)), each value is masked wherever it appears in the task's
+        result, inside other strings too, so a short value such as V(0) garbles the result (RV(pane_pid),
+        RV(started_at)). Give values that are not secret in O(public_env).
+    type: dict
+  public_env:
+    description:
+      - Environment variables for the job that are not secret (ranks, ports, thread counts), joined with O(env). The job
+        gets both, and the spec (idempotency) is that of the joined environment.
+      - Their values are not hidden in the task's result. They reach the target as O(env)'s do, without a pipelining
+        requirement.
+      - The same rules for names as O(env); a name may not be in both.
+      - C(playbooks/launch.yml) passes the variables of a multi-node job (C(job_multinode)) here.
     type: dict
   venv:
     description:
@@ -298,9 +310,11 @@ EXAMPLES = r"""
     chdir: /srv/train
     venv: /srv/train/.venv
     user: trainer
-    env:
+    env:  # secret: hidden in the result
       WANDB_API_KEY: "{{ wandb_api_key }}"
+    public_env:  # not secret: shown as it is
       CUDA_VISIBLE_DEVICES: "0"
+      OMP_NUM_THREADS: "8"
     log_path: /srv/train/logs/train-resnet.log
 
 - name: Start a shell pipeline, appending to the same log at every run

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -293,7 +294,12 @@ def test_multinode_rendezvous_over_two_remote_nodes(remote_nodes: dict[str, Remo
     print(f"multinode launch (fresh containers, 2 remote nodes): {run.seconds:.1f} s")
     for host, _vmid, _node in RANKS:
         assert run.stats(host)["failures"] == 0 and run.stats(host)["unreachable"] == 0, run.output
-        assert run.result(LAUNCH, host)["status"] == "changed"
+        launch = run.result(LAUNCH, host)
+        assert launch["status"] == "changed"
+        # the ranks' variables are public_env, not env: Ansible hides no value of theirs (NODE_RANK 0, NNODES 4, ...)
+        # in the result, where each would mask its digits in every string and number
+        assert isinstance(launch["pane_pid"], int) and re.fullmatch(r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ", launch["started_at"]), launch
+        assert "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" not in json.dumps(launch), launch
     assert run.summary()[0] == "rendezvous: 4 of 4 containers run", run.summary()
     check_world(run, remote_nodes, "/workspace/rendezvous.log", port, world_size=8, nproc=2)
     reports = [run.result("Report the job", host)["msg"] for host, _vmid, _node in RANKS]

@@ -108,9 +108,9 @@ def test_the_preflight_refuses_a_busy_gpu_named_with_its_container(tmp_path: Pat
                                                                      job_node_nvidia_smi=str(node_smi)))
     assert proc.returncode == 0, proc.stdout[-4000:]
     launch = task_results(results, "Start the job in its detached tmux session", "trainer")[-1]
-    # (its gpus are masked here: Ansible hides the values of env, no_log, in every string of the result, and the
-    # multi-node variables NODE_RANK 0, NNODES 1 and NPROC_PER_NODE 2 are among them)
-    assert launch["changed"] and len(launch["gpus"]) == 2, launch
+    # (the multi-node variables NODE_RANK 0, NNODES 1 and NPROC_PER_NODE 2 are public_env: as env, no_log, Ansible
+    # would hide their digits in every string of the result, the GPUs' UUIDs too)
+    assert launch["changed"] and launch["gpus"] == [GPU_UUIDS[0], GPU_UUIDS[2]], launch
     log = standin.pct("exec", CT_JOBS, "--", "cat", "/w/counted.log", check=True).stdout.decode()
     assert f"CVD={GPU_UUIDS[0]},{GPU_UUIDS[2]} NPROC=2" in log, log
 

@@ -50,6 +50,8 @@ def spec(**kwargs: t.Any) -> L.LaunchSpec:
     ({"command": None, "argv": []}, "argv"),
     ({"command": "  "}, "command"),
     ({"command": "a\0b"}, "command"),
+    ({"public_env": {"BAD-KEY": "1"}}, "env key"),
+    ({"env": {"NODE_RANK": "0"}, "public_env": {"NODE_RANK": "1"}}, "public_env"),
 ])
 def test_bad_input_is_rejected_naming_the_option(params: dict[str, t.Any], option: str) -> None:
     with pytest.raises(L.SpecError) as info:
@@ -156,3 +158,12 @@ def test_what_a_module_run_imports_on_the_target_leaves_out_dataclasses() -> Non
         (Path(folder) / "ansible_collections" / "trainops" / "pct_launch").symlink_to(root)
         out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": folder}, capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_public_env_joins_env_with_the_spec_of_the_joined_environment() -> None:
+    """A multi-node job's variables moved from env to public_env: the same job, so a re-run finds it unchanged."""
+    joined = spec(env={"WANDB_API_KEY": "s3cret", "NODE_RANK": "0", "NNODES": "4"})
+    split = spec(env={"WANDB_API_KEY": "s3cret"}, public_env={"NODE_RANK": "0", "NNODES": "4"})
+    assert split.env == joined.env == (("NNODES", "4"), ("NODE_RANK", "0"), ("WANDB_API_KEY", "s3cret"))
+    assert L.spec_hash(split) == L.spec_hash(joined)
+    assert spec(public_env={"OMP_NUM_THREADS": 8}).env == (("OMP_NUM_THREADS", "8"),)

@@ -25,7 +25,7 @@ except ImportError:  # ansible-core before 2.19 templates every string
     def trust_as_template(value: str) -> str:  # type: ignore[misc]
         return value
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _session_info
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _session_info, _tmux_run
 from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run import interpreter, parse, run_module, validate
 
@@ -158,3 +158,12 @@ def test_a_task_the_direct_run_cannot_take_runs_the_module_as_the_normal_action_
     assert action.runs[0]["module_args"] == {"workdir": "/w"}
     assert ("ansible_job_id" in result) is wrapped
     assert action.removed == ([] if wrapped else ["/tmp/ansible-tmp-x"]), "an async job's files stay for async_wrapper"
+
+
+def test_only_env_values_are_hidden_not_public_env_values() -> None:
+    """Ansible masks a no_log value wherever it appears in a result: public_env's (NODE_RANK 0) must not be among them."""
+    args = {"session_name": "rank", "command": "torchrun train.py", "log_path": "/w/rank.log",
+            "env": {"WANDB_API_KEY": "s3cret"}, "public_env": {"NODE_RANK": "0", "NNODES": "4", "MASTER_PORT": "29500"}}
+    params, secrets, message = validate("trainops.pct_launch.tmux_session", _tmux_run.ARGUMENT_SPEC, args, _tmux_run.RULES)
+    assert message is None and secrets == {"s3cret"}, (message, secrets)
+    assert params["public_env"] == {"NODE_RANK": "0", "NNODES": "4", "MASTER_PORT": "29500"}
