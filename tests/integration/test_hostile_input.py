@@ -374,11 +374,29 @@ def test_argv_env_chdir_and_log_path_arrive_byte_exact(ct: Container) -> None:
 HEREDOC_END = "EOF_H500"
 
 
+def heredoc_safe(text: str) -> bool:
+    """Whether dash (sh in Debian and Ubuntu) gives the text back from the here-document as it is.
+
+    Besides the delimiter line itself, dash 0.5.12 drops the first byte of 0x80 and above that follows a start of a
+    line equal to the start of the delimiter: the line ``EOF`` + U+0080 (bytes C2 80) comes out as ``EOF`` and the
+    byte 80 alone (measured in CT 200 with ``sh -c`` alone). That is a bug of the job's shell, not of the command's
+    way to it, which the test checks.
+    """
+    end = raw(HEREDOC_END)
+    for line in raw(text).split(b"\n"):
+        if line == end:
+            return False
+        same = len(os.path.commonprefix([line, end]))
+        if same and len(line) > same and line[same] >= 0x80:
+            return False
+    return True
+
+
 def test_command_arrives_byte_exact(ct: Container) -> None:
     """A shell command line reaches sh -c byte-exact: a here-document in it and its quoted words are kept."""
 
     @SETTINGS
-    @given(text=VALUE.filter(lambda s: HEREDOC_END not in s.split("\n")), words=st.lists(VALUE, max_size=5))
+    @given(text=VALUE.filter(heredoc_safe), words=st.lists(VALUE, max_size=5))
     @example(text="plain $(touch /tmp/pwned-h500)", words=["w"])
     @example(text="a\udcffb", words=["w\udcfe"])
     def prop(text: str, words: list[str]) -> None:
