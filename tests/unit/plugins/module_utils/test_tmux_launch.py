@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-import tempfile
 import typing as t
-from pathlib import Path
 
 import pytest
 
@@ -150,13 +149,10 @@ def test_bad_gpu_options_name_the_option(params: dict[str, t.Any], words: str) -
 
 def test_what_a_module_run_imports_on_the_target_leaves_out_dataclasses() -> None:
     """dataclasses (with inspect) costs every tmux_session and wait_for_log run on the target about 9 ms."""
-    root = Path(L.__file__).resolve().parents[2]  # this checkout, imported as trainops.pct_launch
+    root = os.environ["ANSIBLE_COLLECTIONS_PATH"].split(os.pathsep)[0]  # tests/conftest.py sets it to this checkout
     code = ("import sys; from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_run, _log_chunk, _session_info; "
             "print(sorted(m for m in ('dataclasses', 'inspect') if m in sys.modules))")
-    with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / "ansible_collections" / "trainops").mkdir(parents=True)
-        (Path(folder) / "ansible_collections" / "trainops" / "pct_launch").symlink_to(root)
-        out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": folder}, capture_output=True, text=True, check=False)
+    out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": root}, capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
