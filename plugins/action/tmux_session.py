@@ -12,15 +12,23 @@ therefore refused unless it is pipelined, before anything is sent. A pipelined t
 where it can (``plugin_utils/_direct_run.py``, entry ``module_utils/_tmux_run.py``): the options checked here, the
 same one ``pct exec``, without the module runtime's import on the target. Everything else runs the module as
 Ansible's normal action does.
+
+With the option ``wait``, a run that started the job returns the first chunk of its proof too (``wait``, run in
+the same ``pct exec``); when that chunk has no verdict yet, this plugin goes on as wait_for_log's does
+(``plugins/action/wait_for_log.py``, ``prove_start``), and a failed proof fails the task with wait_for_log's message.
 """
 
 from __future__ import annotations
 
 import typing as t
 
+from ansible.errors import AnsibleConnectionFailure
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action.normal import ActionModule as NormalAction
 from ansible.utils.vars import merge_hash
 
+from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule as WaitAction
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import WAIT_SPEC
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_run import ARGUMENT_SPEC, RULES
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
 
@@ -56,7 +64,27 @@ class ActionModule(NormalAction):
             where = f"container {vmid}" if vmid is not None else f"host {task_vars.get('inventory_hostname')}"
             result["msg"] = f"Cannot run session {args.get('session_name')} in {where}: {module_failure_cause(result)}"
             return result
-        return name_the_container(result, host_vmid(task_vars))
+        result = name_the_container(result, host_vmid(task_vars))
+        if isinstance(result.get("wait"), dict) and not result.get("failed"):
+            result = self._prove_start(result, task_vars)
+        return result
+
+    def _prove_start(self, result: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        """Option wait, after a start: the proof, gone on from the module's first chunk; its failure fails the task."""
+        wait = dict(result["wait"])
+        options = ArgumentSpecValidator(WAIT_SPEC).validate(dict(self._task.args["wait"])).validated_parameters  # as the module did
+        args = dict(options, session_name=result["session_name"], log_path=result["log_path"], offset=0)
+        waiter = WaitAction(self._task, self._connection, self._play_context, self._loader, self._templar, self._shared_loader_obj)
+        try:
+            proof = waiter.prove_start(args, task_vars, wait)
+        except AnsibleConnectionFailure as exc:  # the job started; its proof was cut off
+            return dict(result, unreachable=True, msg=str(exc))
+        result["wait"] = proof
+        if proof.get("failed"):
+            result.update(failed=True, msg=proof.get("msg"), reason=proof.get("reason", proof.get("msg")))
+        elif proof.get("verdict") == "started":
+            result["proven"] = True
+        return result
 
 
 def name_the_container(result: dict[str, t.Any], vmid: t.Any) -> dict[str, t.Any]:

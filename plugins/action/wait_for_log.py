@@ -139,18 +139,27 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="; ".join(errors))
             return result
         task_vars = task_vars or {}
-        host = str(task_vars.get("inventory_hostname", "localhost"))
-        self._line_prefix = line_prefix(host, task_vars)
-        # for the messages: a container if the host has pct_vmid, on its node
-        vmid = host_vmid(task_vars)
-        args = dict(args, host=host, pct_vmid=vmid, pct_node=host_node(task_vars) if vmid is not None else None)
-        args["show_lines"] = show_lines(args)
+        args, host = self._targeted(args, task_vars)
         if args.get("fleet_id") is None:
             result.update(self._wait(args, task_vars, host, None))
             return result
         with FleetMember(args["fleet_id"], host, args["pct_vmid"], self._node(host, task_vars)) as member:
             result.update(self._wait(args, task_vars, host, member))
         return result
+
+    def prove_start(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any], first: dict[str, t.Any]) -> dict[str, t.Any]:
+        """tmux_session's option wait: go on from the first chunk its module ran (``first``) with the validated ``args``."""
+        args, host = self._targeted(args, task_vars)
+        return self._wait(args, task_vars, host, None, first)
+
+    def _targeted(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any]) -> tuple[dict[str, t.Any], str]:
+        """The options with what the messages name (a container if the host has pct_vmid, on its node), and the host."""
+        host = str(task_vars.get("inventory_hostname", "localhost"))
+        self._line_prefix = line_prefix(host, task_vars)
+        vmid = host_vmid(task_vars)
+        args = dict(args, host=host, pct_vmid=vmid, pct_node=host_node(task_vars) if vmid is not None else None)
+        args["show_lines"] = show_lines(args)
+        return args, host
 
     def _chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int) -> dict[str, t.Any]:
         module_args = {key: value for key, value in args.items() if key not in CONTROLLER_ONLY}
@@ -202,15 +211,20 @@ class ActionModule(ActionBase):
             return res, None, 1
         return None, peer, 1
 
-    def _wait(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], host: str, member: FleetMember | None) -> dict[str, t.Any]:
-        started = time.monotonic()
+    def _wait(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], host: str, member: FleetMember | None,
+              first: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        """The verdict; ``first``: a first chunk run already (by tmux_session's module, in its own pct call)."""
+        started = time.monotonic() - float(first.get("elapsed") or 0) if first else time.monotonic()
         deadline = started + args["timeout"]
         offset, calls = args["offset"], 0
         chunk_args, proof = args, {}  # wait_until finished: once the start is seen, the chunks look for it no more
         while True:
             remaining = deadline - time.monotonic()
             try:
-                res, peer, ran = self._one_chunk(chunk_args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, member)
+                if first is not None:
+                    res, peer, ran, first = first, None, 0, None
+                else:
+                    res, peer, ran = self._one_chunk(chunk_args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, member)
                 if res is not None and not module_answered(res):  # killed with its container, or no Python there
                     self._raise_if_stopped(args, res)
             except ContainerNotRunning as exc:  # it stopped between two chunks, or during one

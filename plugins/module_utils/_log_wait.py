@@ -47,6 +47,10 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "fleet_id": {"type": "str"},
 }
 REQUIRED_ONE_OF = [["session_name", "log_path"]]
+# tmux_session's option wait: these options, for the wait after the start (the session and the log are the job's own;
+# a fleet-wide wait, fleet_id, stays wait_for_log's)
+WAIT_SPEC: dict[str, dict[str, t.Any]] = {key: value for key, value in ARGUMENT_SPEC.items()
+                                          if key not in ("session_name", "log_path", "offset", "fleet_id")}
 
 
 def _regex_error(option: str, value: str) -> str | None:
@@ -58,28 +62,33 @@ def _regex_error(option: str, value: str) -> str | None:
     return None
 
 
-def _range_errors(params: t.Mapping[str, t.Any]) -> list[str]:
+def _range_errors(params: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
     errors = []
     if not params["timeout"] > 0:
-        errors.append(f"Cannot use option timeout {params['timeout']}: it must be more than 0 seconds")
+        errors.append(f"Cannot use option {prefix}timeout {params['timeout']}: it must be more than 0 seconds")
     if not 0 < params["sleep"] <= MAX_SLEEP:
-        errors.append(f"Cannot use option sleep {params['sleep']}: the poll interval must be more than 0 and at most {MAX_SLEEP:g} second")
+        errors.append(f"Cannot use option {prefix}sleep {params['sleep']}: the poll interval must be more than 0 "
+                      f"and at most {MAX_SLEEP:g} second")
     if not 0 <= params["tail_lines"] <= MAX_TAIL_LINES:
-        errors.append(f"Cannot use option tail_lines {params['tail_lines']}: it must be from 0 to {MAX_TAIL_LINES}")
-    if params["offset"] < 0:
-        errors.append(f"Cannot use option offset {params['offset']}: it must be 0 or more")
+        errors.append(f"Cannot use option {prefix}tail_lines {params['tail_lines']}: it must be from 0 to {MAX_TAIL_LINES}")
+    if params.get("offset", 0) < 0:
+        errors.append(f"Cannot use option {prefix}offset {params['offset']}: it must be 0 or more")
     return errors
+
+
+def _pattern_errors(params: t.Mapping[str, t.Any], prefix: str = "") -> list[str]:
+    errors = [_regex_error(prefix + option, params[option]) for option in ("pattern", "fail_pattern") if params.get(option) is not None]
+    return [error for error in errors if error]
 
 
 def check_options(params: t.Mapping[str, t.Any]) -> list[str]:
     """Problems with the options (after type checks), each ``Cannot use option X ...: cause; fix``."""
-    errors = _range_errors(params) + name_and_log_errors(params.get("session_name"), params.get("log_path"))
-    for option in ("pattern", "fail_pattern"):
-        if params.get(option) is not None:
-            error = _regex_error(option, params[option])
-            if error:
-                errors.append(error)
-    return errors
+    return _range_errors(params) + name_and_log_errors(params.get("session_name"), params.get("log_path")) + _pattern_errors(params)
+
+
+def wait_option_errors(wait: t.Mapping[str, t.Any]) -> list[str]:
+    """Problems with tmux_session's option ``wait`` (``WAIT_SPEC``, validated), each ``Cannot use option wait.X ...``."""
+    return _range_errors(wait, "wait.") + _pattern_errors(wait, "wait.")
 
 
 def show_lines(params: t.Mapping[str, t.Any]) -> bool:

@@ -4,6 +4,10 @@
 
 The module (``plugins/modules/tmux_session.py``) and a direct run (``plugin_utils/_direct_run.py``, this file's
 ``direct_run``) both validate the options with ``ARGUMENT_SPEC`` and ``RULES`` and return ``run``'s result.
+
+With the option ``wait``, a run that started the job goes on with the first chunk of its proof (``_log_chunk``, at most
+``CHUNK_SECONDS``) in the same process: a job that proves its start at once costs one run, one ``pct exec``, for the
+launch and the proof. The chunk's result is the run's ``wait``; the action plugin goes on from it when it has no verdict.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import ARGUMENT_SPEC as SUPERVISE_SPEC
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
+from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import CHUNK_SECONDS, WAIT_SPEC, wait_option_errors
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable, run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, spec_from_params
@@ -36,8 +41,11 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = dict(
     gpu_exclude=dict(type="list", elements="str", default=[]),
     nvidia_smi=dict(type="str", default="nvidia-smi"),
     min_free_mb=dict(type="int", default=0),
+    wait=dict(type="dict", options=WAIT_SPEC),
     **SUPERVISE_SPEC,
 )
+# The result's error for options the checks after the spec refuse (nothing ran)
+INVALID_OPTION = "invalid_option"
 # AnsibleModule's keyword arguments besides the spec
 RULES: dict[str, t.Any] = dict(
     mutually_exclusive=[("command", "argv")],
@@ -48,10 +56,13 @@ RULES: dict[str, t.Any] = dict(
 
 def run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
     """Launch, stop or restart on this host (the validated options); the result, ``failed`` when it failed."""
+    errors = wait_option_errors(params["wait"]) if params.get("wait") else []
+    if errors:  # before anything starts
+        return {"failed": True, "msg": "; ".join(errors + ["nothing was started"]), "error": INVALID_OPTION}
     try:
         spec = spec_from_params(params)
     except SpecError as exc:
-        return {"failed": True, "msg": str(exc)}
+        return {"failed": True, "msg": str(exc), "error": INVALID_OPTION}
     spec = spec._replace(run_root=run_root())
     try:
         facts = launch(spec, check_mode=check_mode)
@@ -63,7 +74,21 @@ def run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str
     outcome = result(spec, facts, check_mode)
     if not diff:
         outcome.pop("diff")
+    proof = first_proof_chunk(params, outcome, check_mode)
+    if proof is not None:
+        outcome["wait"] = proof
     return dict(reportable(outcome))
+
+
+def first_proof_chunk(params: t.Mapping[str, t.Any], outcome: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any] | None:
+    """Option ``wait``, after a start: the first chunk of the proof (wait_for_log's module result); None without one."""
+    wait = params.get("wait")
+    if not wait or check_mode or not outcome.get("changed") or params["state"] == "stopped":  # a job that ended at once too
+        return None
+    from ansible_collections.trainops.pct_launch.plugins.module_utils._log_chunk import chunk  # only a run with wait needs it
+    chunk_params = dict(wait, session_name=outcome["session_name"], log_path=outcome["log_path"], offset=0,
+                        timeout=min(CHUNK_SECONDS, float(wait["timeout"])))
+    return chunk(chunk_params, check_mode=False)
 
 
 def direct_run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> dict[str, t.Any]:

@@ -277,6 +277,57 @@ options:
         C(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), or an absolute path.
     type: str
     default: nvidia-smi
+  wait:
+    description:
+      - After a start (O(state=started) that started the job, or O(state=restarted)), prove it in the same task, waiting
+        as M(trainops.pct_launch.wait_for_log) does, with these of its options, for this session and its log (from the
+        log's start). A job that dies first fails the task at once with its exit status and the log's last lines,
+        the message of M(trainops.pct_launch.wait_for_log); RV(wait) is that wait's result.
+      - The first chunk of the wait (up to 10 seconds) runs in the launch's own module run, so a job that proves its
+        start within it costs one module run (one C(pct exec) on a container) for the launch and the proof. When it
+        has no verdict yet, the action plugin goes on in chunks, as M(trainops.pct_launch.wait_for_log) does.
+      - A job found running is not waited for (the task changed nothing; its RV(proven) says whether its start was
+        proven); check mode starts and waits for nothing. The options are checked before anything starts.
+      - A fleet-wide wait (O(trainops.pct_launch.wait_for_log#module:fleet_id)) is M(trainops.pct_launch.wait_for_log)'s alone.
+      - When not set, the task does not wait.
+    type: dict
+    suboptions:
+      pattern:
+        description:
+          - Python regular expression meaning that the job started (O(trainops.pct_launch.wait_for_log#module:pattern));
+            when not set, the first log line after the header is enough.
+        type: str
+      fail_pattern:
+        description:
+          - Python regular expression meaning that the job failed (O(trainops.pct_launch.wait_for_log#module:fail_pattern)).
+        type: str
+      timeout:
+        description:
+          - Seconds to wait in total for the verdict, the first chunk included (O(trainops.pct_launch.wait_for_log#module:timeout)).
+        type: float
+        default: 600
+      sleep:
+        description:
+          - Poll interval on the target in seconds, more than V(0) and at most V(1) (O(trainops.pct_launch.wait_for_log#module:sleep)).
+        type: float
+        default: 0.5
+      tail_lines:
+        description:
+          - How many last lines of the log the wait's result returns (O(trainops.pct_launch.wait_for_log#module:tail_lines)).
+        type: int
+        default: 40
+      wait_until:
+        description:
+          - V(started) ends the wait once the start is proven; V(finished) waits on until the job ends and succeeds only
+            with exit status V(0) (O(trainops.pct_launch.wait_for_log#module:wait_until)).
+        type: str
+        choices: [started, finished]
+        default: started
+      show_lines:
+        description:
+          - Print the log's new lines as they come (O(trainops.pct_launch.wait_for_log#module:show_lines)).
+          - When not set, V(true) with O(wait.wait_until=finished), V(false) with O(wait.wait_until=started).
+        type: bool
 attributes:
   action:
     details:
@@ -355,6 +406,18 @@ EXAMPLES = r"""
     stall_action: restart
     notify_url: "{{ vault_webhook_url }}"
 
+- name: Start training and prove it in the same task (one pct exec when the first step comes within 10 s)
+  trainops.pct_launch.tmux_session:
+    session_name: train
+    argv: [python3, train.py]
+    chdir: /workspace
+    log_path: /workspace/train.log
+    wait:
+      pattern: 'step \d+ loss'
+      fail_pattern: 'Traceback|CUDA out of memory'
+      timeout: 300
+  register: train_launch
+
 - name: Train on two free GPUs of the container (CUDA_VISIBLE_DEVICES is set to their UUIDs)
   trainops.pct_launch.tmux_session:
     session_name: train-gpu
@@ -400,6 +463,7 @@ state:
     - State of the session after the task (predicted in check mode).
     - V(running) (the job runs), V(finished) (it ended, C(LOG.exit) exists), V(vanished) (the log exists without
       C(LOG.exit), for example after a container restart) or V(absent).
+    - With O(wait), the state when the job was started; RV(wait) tells how the wait for it ended.
   returned: always
   type: str
   sample: running
@@ -415,7 +479,7 @@ proven:
   description:
     - For a running job, whether its start was proven, that is whether M(trainops.pct_launch.wait_for_log) reached the
       verdict V(started) for this session (it records that on the session, tmux user option C(@trainops_proven)).
-    - V(false) for a job this task started, and for a running job whose start was never proven (for example when the
+    - V(false) for a job this task started (V(true) when O(wait) proved its start), and for a running job whose start was never proven (for example when the
       controller or the node was lost during the wait); C(playbooks/launch.yml) then proves it.
     - Null when no job runs after the task, and in check mode.
   returned: always
@@ -436,6 +500,24 @@ gpus:
   type: list
   elements: str
   sample: ["GPU-4b1d6e0a-6c8b-4a57-9f1e-3f8a5c2d7e10"]
+error:
+  description:
+    - Why the task failed on the target, a code such as V(tmux_missing), V(chdir_missing), V(venv_missing),
+      V(script_missing), V(log_dir_missing), V(log_exists), V(gpu_unavailable) or V(invalid_option) (an option the
+      checks after the argument spec refuse, such as a bad O(session_name) or a bad regex in O(wait)); nothing was started.
+  returned: when the task failed on the target before the job started
+  type: str
+  sample: tmux_missing
+wait:
+  description:
+    - With O(wait), the result of the wait for the start, as M(trainops.pct_launch.wait_for_log) returns it
+      (RV(trainops.pct_launch.wait_for_log#module:verdict), RV(trainops.pct_launch.wait_for_log#module:matched_line),
+      RV(trainops.pct_launch.wait_for_log#module:exit_status), RV(trainops.pct_launch.wait_for_log#module:log_tail), ...).
+    - Its C(pct_calls) counts the calls after the launch's own, in which the first chunk ran (V(0) when the job proved
+      its start at once).
+  returned: when O(wait) is set and the task started the job (not in check mode)
+  type: dict
+  sample: {"verdict": "started", "matched_line": "step 1 loss 2.31", "elapsed": 0.41, "pct_calls": 0}
 killed:
   description: True when stopping needed C(SIGKILL) after O(stop_timeout).
   returned: when stopping needed SIGKILL

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Unit tests for the action plugin of trainops.pct_launch.tmux_session: env only when pipelined, the container named.
+"""Unit tests for the action plugin of trainops.pct_launch.tmux_session: env only when pipelined, the container named,
+the proof of option wait gone on from the module's first chunk.
 
 Ansible's normal action (which would send and run the module) is replaced by a recorder that answers
-with a given module result.
+with a given module result, and wait_for_log's chunks by a script of chunk results.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import typing as t
 from unittest.mock import MagicMock
 
 import pytest
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import normal
 
 from ansible_collections.trainops.pct_launch.plugins.action.tmux_session import ActionModule, name_the_container, unpipelined_env_message
+from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule as WaitAction
 
 FAILED = {"failed": True, "msg": "Cannot start session train in host CT241: directory /w does not exist; create it or fix chdir",
           "error": "chdir_missing", "target": "host CT241"}
@@ -115,3 +118,96 @@ def test_a_module_error_with_its_code_is_not_rewritten(monkeypatch: pytest.Monke
     module = Module({"failed": True, "error": "log_exists", "msg": "Cannot start session train in host h: log exists", "target": "host h"})
     result = make_action({"session_name": "train", "command": "x", "log_path": "/l"}, True, monkeypatch, module).run(task_vars={"inventory_hostname": "h"})
     assert result == {"failed": True, "error": "log_exists", "msg": "Cannot start session train in host h: log exists"}
+
+
+# ---- option wait: the proof goes on from the module's first chunk ----
+
+LAUNCHED = {"changed": True, "state": "running", "session_name": "train", "log_path": "/w/train.log", "pane_pid": 42, "proven": False}
+WAIT_ARGS = {"session_name": "train", "command": "x", "log_path": "/w/train.log", "wait": {"pattern": "step", "timeout": 600}}
+CT241 = {"inventory_hostname": "ct241", "pct_vmid": 241}
+
+
+def chunk(verdict: str, offset: int, elapsed: float = 0.2, **extra: t.Any) -> dict[str, t.Any]:
+    """The result of one chunk of wait_for_log's module (as test_wait_for_log_action.py's)."""
+    result = {"verdict": verdict, "offset": offset, "log_tail": ["warming up"], "log_path": "/w/train.log", "log_exists": True,
+              "log_size": offset, "session_state": "running", "session_alive": True, "tmux_missing": False, "pane_pid": 42,
+              "exit_status": None, "ended_at": None, "stopped_by": None, "process_tree": [], "matched_line": None,
+              "elapsed": elapsed, "msg": "chunk msg"}
+    if verdict not in ("started", "finished"):
+        result["failed"] = True
+    result.update(extra)
+    return result
+
+
+class Chunks:
+    """Stands in for wait_for_log's ``_chunk``: records (args, seconds, offset), answers in turn."""
+
+    def __init__(self, *results: dict[str, t.Any]) -> None:
+        self.results = list(results)
+        self.calls: list[tuple[dict[str, t.Any], float, int]] = []
+
+    def __call__(self, action: t.Any, args: dict[str, t.Any], task_vars: t.Any, seconds: float, offset: int) -> dict[str, t.Any]:
+        self.calls.append((args, seconds, offset))
+        answer = self.results.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return dict(answer)
+
+
+def launch_with_wait(monkeypatch: pytest.MonkeyPatch, first: dict[str, t.Any] | None, chunks: Chunks,
+                     args: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+    """Run the action with option wait: the module answers LAUNCHED (with ``first`` as its wait), then ``chunks``."""
+    def chunk(action: t.Any, *chunk_args: t.Any) -> dict[str, t.Any]:  # a function: the class's attribute becomes a method
+        return chunks(action, *chunk_args)
+
+    monkeypatch.setattr(WaitAction, "_chunk", chunk)
+    module = Module(dict(LAUNCHED, **({"wait": first} if first is not None else {})))
+    return make_action(dict(args or WAIT_ARGS), True, monkeypatch, module).run(task_vars=dict(CT241))
+
+
+def test_a_start_proven_in_the_first_chunk_costs_no_more_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks = Chunks()
+    result = launch_with_wait(monkeypatch, chunk("started", 80, matched_line="step 1 loss 2.5"), chunks)
+    assert chunks.calls == [] and result["changed"] and not result.get("failed") and result["proven"] is True, result
+    assert result["wait"]["verdict"] == "started" and result["wait"]["pct_calls"] == 0
+    assert result["wait"]["msg"].startswith("Job started in session train in container 241: pattern 'step' matched after 0.2 s")
+
+
+def test_a_first_chunk_without_verdict_goes_on_from_its_offset_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks = Chunks(chunk("started", 120, elapsed=1.0, matched_line="step 1"))
+    result = launch_with_wait(monkeypatch, chunk("timeout", 30, elapsed=10.0), chunks)
+    [(args, seconds, offset)] = chunks.calls
+    assert offset == 30 and 0 < seconds <= 10 and args["session_name"] == "train" and args["log_path"] == "/w/train.log"
+    assert args["pattern"] == "step" and args["timeout"] == 600
+    assert result["proven"] is True and result["wait"]["pct_calls"] == 1 and result["wait"]["elapsed"] >= 10, result
+
+
+def test_the_first_chunk_counts_in_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks = Chunks()
+    args = dict(WAIT_ARGS, wait={"pattern": "step", "timeout": 10})
+    result = launch_with_wait(monkeypatch, chunk("timeout", 30, elapsed=10.0), chunks, args)
+    assert chunks.calls == [] and result["failed"] and result["wait"]["verdict"] == "timeout", result
+    assert "within 10 s" in result["msg"] or "10 s" in result["msg"], result["msg"]
+
+
+def test_a_job_that_died_fails_the_task_with_its_exit_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    died = chunk("died", 60, elapsed=0.4, exit_status=3, session_alive=False, session_state="finished",
+                 log_tail=["Traceback (most recent call last):", "ValueError: no data"])
+    result = launch_with_wait(monkeypatch, died, Chunks())
+    assert result["failed"] and result["changed"] and result["pane_pid"] == 42 and result["proven"] is False, result
+    assert result["msg"].startswith("Job did not start in session train in container 241: the job ended with exit status 3"), result["msg"]
+    assert "ValueError: no data" in result["msg"] and "ValueError" not in result["reason"] and result["wait"]["exit_status"] == 3
+
+
+def test_no_wait_for_a_job_found_running_or_in_check_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks = Chunks()
+    result = launch_with_wait(monkeypatch, None, chunks)
+    assert chunks.calls == [] and "wait" not in result and result["proven"] is False
+
+
+def test_a_node_lost_during_the_wait_is_unreachable_and_keeps_the_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks = Chunks(AnsibleConnectionFailure("ssh: connect to host pve2 port 22: Connection refused"))  # type: ignore[arg-type]
+    result = launch_with_wait(monkeypatch, chunk("timeout", 30, elapsed=10.0), chunks)
+    assert result["unreachable"] and result["changed"] and result["pane_pid"] == 42, result
+    assert result["msg"].startswith("Cannot wait for session train in container 241: the wait was cut off"), result["msg"]
+    assert "Connection refused" in result["msg"] and "may still run" in result["msg"]

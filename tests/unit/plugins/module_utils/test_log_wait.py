@@ -14,6 +14,7 @@ import pytest
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import (
     ARGUMENT_SPEC,
     REQUIRED_ONE_OF,
+    WAIT_SPEC,
     check_options,
     message,
     poll_parameters,
@@ -21,6 +22,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     show_lines,
     result_from_facts,
     subject,
+    wait_option_errors,
     where,
 )
 
@@ -279,3 +281,15 @@ def test_fail_pattern_while_waiting_for_the_end_is_todays_message() -> None:
     opts = dict(FINISHED, fail_pattern="Traceback")
     assert message(failed, opts) == message(failed, dict(opts, wait_until="started"))
     assert message(failed, opts).startswith("Job failed in session train in container 250: a log line matches fail_pattern 'Traceback'")
+
+
+def test_tmux_session_wait_takes_the_options_but_the_job_s_own_and_the_fleet() -> None:
+    assert set(ARGUMENT_SPEC) - set(WAIT_SPEC) == {"session_name", "log_path", "offset", "fleet_id"}
+    assert all(WAIT_SPEC[name] == ARGUMENT_SPEC[name] for name in WAIT_SPEC)
+
+
+def test_wait_option_errors_name_the_suboption() -> None:
+    wait = {name: spec.get("default") for name, spec in WAIT_SPEC.items()}
+    assert wait_option_errors(wait) == []
+    errors = wait_option_errors(dict(wait, timeout=0, pattern="(", fail_pattern="ok"))
+    assert [error.split(" ")[3] for error in errors] == ["wait.timeout", "wait.pattern"], errors

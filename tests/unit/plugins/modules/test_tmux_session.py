@@ -170,3 +170,51 @@ def test_start_then_unchanged_then_stop_on_this_host(server: str, capsys: pytest
     assert stopped["changed"] and stopped["state"] == "finished" and stopped["exit_status"] == 143 and stopped["log_path"] == str(log), stopped
     assert log.read_text(encoding="utf-8").startswith("### trainops.pct_launch: session=ut-module started_at=")
     assert (tmp_path / "run" / "ut-module" / "exit").is_file(), "the run dir is the module's run_root()"
+
+
+@pytest.mark.parametrize("wait, fragment", [
+    ({"pattern": "step ("}, "Cannot use option wait.pattern 'step ('"),
+    ({"fail_pattern": "[Trace"}, "Cannot use option wait.fail_pattern '[Trace'"),
+    ({"timeout": 0}, "Cannot use option wait.timeout 0"),
+    ({"sleep": 2}, "Cannot use option wait.sleep 2"),
+    ({"tail_lines": -1}, "Cannot use option wait.tail_lines -1"),
+    ({"offset": 5}, "Unsupported parameters for (basic.py) module: wait.offset."),
+    ({"fleet_id": "f1"}, "Unsupported parameters for (basic.py) module: wait.fleet_id."),
+    ({"wait_until": "ready"}, "value of wait_until must be one of: started, finished"),
+])
+def test_bad_wait_options_fail_before_anything_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                    wait: dict[str, t.Any], fragment: str) -> None:
+    launches = Launches()
+    result = run(monkeypatch, capsys, {**ARGS, "wait": wait}, launches)
+    assert result["failed"] and fragment in result["msg"], result["msg"]
+    assert launches.calls == []
+
+
+def test_no_wait_without_a_start(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    found = Launches({"before_state": "running", "result": "unchanged", "pane_pid": "42", "started_at": "T", "state": "running"})
+    assert "wait" not in run(monkeypatch, capsys, {**ARGS, "wait": {"pattern": "x"}}, found)
+    planned = Launches({"before_state": "absent", "would": "start"})
+    assert "wait" not in run(monkeypatch, capsys, {**ARGS, "wait": {"pattern": "x"}, "_ansible_check_mode": True}, planned)
+
+
+@needs_tmux
+def test_a_start_with_wait_proves_it_in_the_same_run(server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    del server
+    args = {"session_name": "ut-wait", "command": "echo warming; sleep 0.3; echo 'step 1 loss 2.5'; exec sleep 30",
+            "log_path": str(tmp_path / "train.log"), "wait": {"pattern": r"step \d+ loss", "timeout": 30}}
+    started = invoke(capsys, args)
+    assert started["changed"] and started["wait"]["verdict"] == "started", started
+    assert started["wait"]["matched_line"] == "step 1 loss 2.5" and started["wait"]["proof_recorded"] is True
+    again = invoke(capsys, args)
+    assert not again["changed"] and again["proven"] is True and "wait" not in again, again
+
+
+@needs_tmux
+def test_a_job_that_dies_during_the_first_chunk_reports_its_exit_status(
+        server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    del server
+    args = {"session_name": "ut-wait-dies", "command": "echo 'Traceback: no data'; exit 3", "log_path": str(tmp_path / "train.log"),
+            "wait": {"pattern": "step", "timeout": 30}}
+    started = invoke(capsys, args)
+    assert started["changed"] and started["wait"]["verdict"] == "died" and started["wait"]["exit_status"] == 3, started
+    assert started["wait"]["failed"] and "exit status 3" in started["wait"]["msg"] and "Traceback: no data" in started["wait"]["msg"]
