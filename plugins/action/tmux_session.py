@@ -33,6 +33,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_run impo
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_vmid
 
 
@@ -54,11 +55,12 @@ class ActionModule(NormalAction):
             host = str((task_vars or {}).get("inventory_hostname", "the target"))
             return {"failed": True, "changed": False, "msg": unpipelined_env_message(args, host)}
         task_vars = task_vars or {}
-        direct = _direct_run.attempt(self, "_tmux_run", ARGUMENT_SPEC, args, task_vars, **RULES)
-        if direct is None:
-            result = super().run(tmp, task_vars)
-        else:
-            result = merge_hash(super(NormalAction, self).run(tmp, task_vars), direct)  # pylint: disable=bad-super-call
+        try:
+            result = self._run_module(tmp, task_vars)
+        except AnsibleConnectionFailure as exc:
+            if not args.get("wait") or isinstance(exc, ContainerNotRunning):
+                raise
+            raise AnsibleConnectionFailure(cut_in_launch_message(args, exc)) from None
         if not module_answered(result):  # no Python on the target, for example
             vmid = host_vmid(task_vars)
             where = f"container {vmid}" if vmid is not None else f"host {task_vars.get('inventory_hostname')}"
@@ -68,6 +70,13 @@ class ActionModule(NormalAction):
         if isinstance(result.get("wait"), dict) and not result.get("failed"):
             result = self._prove_start(result, task_vars)
         return result
+
+    def _run_module(self, tmp: t.Any, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
+        """The module's result: a direct run where it can be one, else Ansible's normal module run."""
+        direct = _direct_run.attempt(self, "_tmux_run", ARGUMENT_SPEC, self._task.args, task_vars, **RULES)
+        if direct is None:
+            return super().run(tmp, task_vars)
+        return merge_hash(super(NormalAction, self).run(tmp, task_vars), direct)  # pylint: disable=bad-super-call
 
     def _prove_start(self, result: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
         """Option wait, after a start: the proof, gone on from the module's first chunk; its failure fails the task."""
@@ -85,6 +94,15 @@ class ActionModule(NormalAction):
         elif proof.get("verdict") == "started":
             result["proven"] = True
         return result
+
+
+def cut_in_launch_message(args: t.Mapping[str, t.Any], cause: object) -> str:
+    """The message when the target was lost during a launch with ``wait`` (the start and the first chunk of its proof)."""
+    detail = " ".join(str(cause).split()).rstrip(":.") or "no detail"
+    return (f"{detail}. The launch of session {args.get('session_name')} was cut off during its one call, which starts "
+            "the job and waits for the first chunk of its proof: the job may have started and may still run, its start "
+            "is not proven; once the target can be reached, check it (playbooks/status.yml) or launch again "
+            "(a running job is left alone)")
 
 
 def name_the_container(result: dict[str, t.Any], vmid: t.Any) -> dict[str, t.Any]:

@@ -31,6 +31,21 @@ def task_results(results: t.Mapping[str, t.Any], name: str, host: str) -> list[d
             if task["name"] == name and host in task["hosts"]]
 
 
+# launch.yml's launch task, and the handler that proves the start of an all-or-nothing or multi-node launch
+LAUNCH_TASK = "Start the job in its detached tmux session"
+PROOF_HANDLER = "Wait for the job's log to prove it started"
+
+
+def launch_proof(results: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any] | None:
+    """The proof of launch.yml's last start on ``host``: the launch task's ``wait`` (tmux_session's option wait, the
+    proof of a launch that is no fleet-wide wait), else the handler's result; None when neither ran."""
+    launches = [result for result in task_results(results, LAUNCH_TASK, host) if isinstance(result.get("wait"), dict)]
+    handlers = [result for result in task_results(results, PROOF_HANDLER, host) if result.get("status") != "skipped"]
+    if launches:
+        return launches[-1]["wait"]
+    return handlers[-1] if handlers else None
+
+
 def results_by_host(results: t.Mapping[str, t.Any], name: str) -> dict[str, dict[str, t.Any]]:
     """The last result of the task called ``name``, per host."""
     found: dict[str, dict[str, t.Any]] = {}
@@ -81,6 +96,12 @@ class PlayRun(t.NamedTuple):
         found = task_results(self.results, task, host)
         assert found, f"no result of {task!r} on {host}:\n{self.proc.stdout[-6000:]}\n{self.proc.stderr[-3000:]}"
         return found[-1]
+
+    def proof(self, host: str) -> dict[str, t.Any]:
+        """The proof of launch.yml's last start on ``host`` (``launch_proof``); fails the test when there is none."""
+        found = launch_proof(self.results, host)
+        assert found is not None, f"no proof of a start on {host}:\n{self.proc.stdout[-6000:]}\n{self.proc.stderr[-3000:]}"
+        return found
 
 
 def run_tasks(folder: Path, hosts: t.Mapping[str, t.Mapping[str, t.Any]], tasks: list[dict[str, t.Any]], *,

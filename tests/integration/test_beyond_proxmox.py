@@ -27,7 +27,7 @@ import pytest
 
 from .conftest import REPO, StandinNode
 from .nodes import RemoteNodes
-from .playbook_results import ansible_playbook, task_results
+from .playbook_results import ansible_playbook, launch_proof, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,9 @@ def lifecycle(host: Host) -> None:
     """Launch, launch again, report, a dying job, stop: the whole life through the playbooks."""
     rc, out, results = host.playbook("launch.yml")
     assert rc == 0, out
-    launch, proof = host.result(results, LAUNCH), host.result(results, HANDLER)
+    launch, proof = host.result(results, LAUNCH), launch_proof(results, host.name)
+    assert task_results(results, HANDLER, host.name) == [], "a launch that is no fleet-wide wait is proven in its own task"
+    assert proof is not None and launch["proven"] is True, launch
     assert launch["changed"] and launch["state"] == "running" and "vmid" not in launch, launch
     assert proof["verdict"] == "started" and proof["matched_line"].startswith("step "), proof
     assert f"{host.session} in host {host.name}: started" in out, out
@@ -119,7 +121,8 @@ def lifecycle(host: Host) -> None:
 
     rc, out, results = host.playbook("launch.yml", "-e", json.dumps({"job_command": "echo cannot load data; exit 3"}))
     assert rc != 0, out
-    died = host.result(results, HANDLER)
+    died = launch_proof(results, host.name)
+    assert died is not None, out
     assert died["verdict"] == "died" and died["exit_status"] == 3 and died["log_tail"][-2:][0] == "cannot load data", died
     assert "the job ended with exit status 3" in died["msg"], died["msg"]
     assert os.path.basename(host.log) + ".1" in host.shell(f"ls {shlex.quote(os.path.dirname(host.log))}").stdout, "the earlier log was not kept"
@@ -174,7 +177,7 @@ def test_launch_from_a_terminal(standin: StandinNode, tmp_path: Path) -> None:
     try:
         assert tty_seen.read_text(encoding="utf-8").startswith("/dev/pts/"), "ansible-playbook did not run in a terminal"
         assert rc == 0, out
-        assert host.result(results, HANDLER)["verdict"] == "started"
+        assert (launch_proof(results, host.name) or {}).get("verdict") == "started", out
         assert f"{host.session} in CT {vmid}: started" in out, out
         assert host.alive()
         rc, out, _results = host.playbook("status.yml", wrap=in_terminal)

@@ -9,7 +9,8 @@ runs where one is expected (processes inside the container with the test's marke
 
 * ``test_fault_node_unreachable_mid_wait``: the Proxmox node pve-i (simulated with
   tools/pve_standin/node.sh on 127.0.0.21) loses its sshd, connections included, while the
-  wait_for_log handler of playbooks/launch.yml waits for a job that proves itself late. The play
+  launch task of playbooks/launch.yml (tmux_session's option wait, after its first chunk) waits
+  for a job that proves itself late. The play
   fails naming the node; once sshd is back (``node.sh up`` again, containers untouched),
   playbooks/status.yml shows the job running with its log intact and a new launch changes nothing.
 * ``test_fault_controller_killed_in_launch_call`` / ``..._in_wait``: ansible-playbook and every
@@ -27,7 +28,8 @@ runs where one is expected (processes inside the container with the test's marke
 The modules run on the container hosts (the ``trainops.pct_launch.pct`` connection, pipelined: one
 ``pct exec VMID --keep-env 1 -- /bin/sh -c CMD`` per module task or wait chunk, CMD running /usr/bin/python3 with
 the module on stdin). The launches use playbooks/launch.yml, or a launch-only playbook (tmux_session,
-then wait_for_log as a handler, as launch.yml does) where preflight and prepare would only add time.
+then wait_for_log as a handler, as launch.yml does for a fleet-wide wait) where preflight and prepare would
+only add time.
 VMIDs: 620 (local stand-in, tmux installed once), 630 (on pve-i, tmux installed once).
 """
 
@@ -52,7 +54,7 @@ import pytest
 
 from .conftest import REPO, StandinNode, knob_pct, require_standin
 from .nodes import NODE_SH, NODES_BASE, RemoteNode, RemoteNodes
-from .playbook_results import ansible_playbook, task_results
+from .playbook_results import ansible_playbook, launch_proof, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -506,13 +508,15 @@ def test_fault_node_unreachable_mid_wait(node_i: RemoteNode, tmp_path: Path) -> 
     books = make_playbooks(tmp_path / "ansible", {host: {"pct_vmid": CT_REMOTE, "pct_node": NODE}}, node_i.ssh_config)
     try:
         launched = books.start(REPO / "playbooks" / "launch.yml", job.vars())
-        launched.wait_until("the wait for the log", lambda: f"RUNNING HANDLER [{HANDLER}]" in launched.printed())
+        # the launch's own call ran the first chunk of the proof; the progress line after it: the chunks go on
+        launched.wait_until("the wait for the log", lambda: f"wait_for_log {job.session} in container" in launched.printed())
         wait_in_container(node_i, CT_REMOTE, 'grep -q "^warming up" "$1"', job.log_path)
         killed = kill_node_sshd(NODE)
         run = launched.finish()
         assert run.rc != 0, run.output
-        wait = run.result(HANDLER, host)
-        assert wait["status"] == "unreachable" and "verdict" not in wait, wait
+        wait = run.result(LAUNCH, host)
+        assert wait["status"] == "unreachable" and "verdict" not in wait and wait["changed"], wait
+        assert not run.results_of(HANDLER, host), "a launch that is no fleet-wide wait is proven in its own task"
         text = wait["msg"].removeprefix("Task failed: ")
         assert text.startswith(f"Cannot wait for session {job.session} in container {CT_REMOTE} on node {NODE}: the wait was cut off "), text
         assert f"node {NODE} cannot be reached" in text and f"once container {CT_REMOTE} on node {NODE} can be reached" in text, text
@@ -562,7 +566,7 @@ def check_rerun(job: Job, rerun: Run, host: str, first_log: str) -> str:
         assert job.read(job.log_path).startswith(first_log)
     else:  # nothing had started: this run starts it and proves it
         assert launch["status"] == "changed", launch
-        assert rerun.result(HANDLER, host)["verdict"] == "started" and ": started" in report, report
+        assert (launch_proof(rerun.results, host) or {}).get("verdict") == "started" and ": started" in report, rerun.output
     job.assert_one_job()
     assert not job.exists(job.log_path + ".1"), "the log was rotated: a second start"
     wait_in_container(job.node, job.vmid, 'grep -q "^step 2 loss" "$1"', job.log_path)

@@ -46,7 +46,7 @@ import pytest
 import yaml
 
 from .conftest import REPO, require_standin
-from .playbook_results import exec_calls, results_by_host
+from .playbook_results import exec_calls, launch_proof, results_by_host
 
 pytestmark = pytest.mark.integration
 
@@ -315,6 +315,12 @@ class Run:
         """The results of task ``name`` per host (its last run)."""
         return results_by_host(self.results, name)
 
+    def proof(self, host: str) -> dict[str, t.Any]:
+        """The proof of the start on ``host``: the launch task's wait (tmux_session's option wait) or the handler's result."""
+        found = launch_proof(self.results, host)
+        assert found is not None, f"no proof of a start on {host}\n{self.output}"
+        return found
+
     def summary(self) -> list[str]:
         """The lines of the fleet summary."""
         found = self.task(SUMMARY)
@@ -432,15 +438,16 @@ def check_one_job_each(fleet: Fleet, run: Run) -> dict[int, str]:
 
 
 def check_launch_calls(run: Run) -> dict[int, int]:
-    """tmux_session 1 call and wait_for_log 1 call per chunk (1 when the proof came within one) per container."""
-    proofs = run.task(HANDLER)
+    """tmux_session's 1 call, in which the first chunk of the proof runs, and 1 more per chunk after it (none when the
+    proof came within the first) per container."""
     counts = {}
     for vmid in FLEET:
         host = f"ct{vmid}"
-        chunks = int(proofs[host]["pct_calls"])
-        assert chunks == 1 or float(proofs[host]["elapsed"]) > 9, f"{host}: {proofs[host]}"
+        proof = run.proof(host)
+        chunks = int(proof["pct_calls"])
+        assert chunks == 0 or float(proof["elapsed"]) > 9, f"{host}: {proof}"
         counts[vmid] = run.module_calls(host, LAUNCH, HANDLER)
-        assert counts[vmid] == 1 + chunks, f"{host}: {counts[vmid]} pct exec, expected tmux_session 1 + wait_for_log {chunks}"
+        assert counts[vmid] == 1 + chunks, f"{host}: {counts[vmid]} pct exec, expected tmux_session 1 + wait {chunks}"
     return counts
 
 
@@ -453,7 +460,8 @@ def test_eight_containers_on_two_nodes(fleet: Fleet) -> None:
     for vmid, node in FLEET.items():
         host = f"ct{vmid}"
         assert run.task(LAUNCH)[host]["status"] == "changed", run.output
-        assert run.task(HANDLER)[host]["verdict"] == "started", run.task(HANDLER)[host]
+        assert run.proof(host)["verdict"] == "started" and run.task(LAUNCH)[host]["proven"] is True, run.proof(host)
+        assert host not in run.task(HANDLER), "a launch that is no fleet-wide wait is proven in its own task"
         assert f"{host} (CT {vmid} on {node}): started" in run.summary(), run.summary()
         assert run.results["stats"][host]["failures"] == 0, run.output
     counts = check_launch_calls(run)
@@ -490,11 +498,12 @@ def test_launch_only_into_prepared_containers(fleet: Fleet) -> None:
             host = f"ct{vmid}"
             assert full.task(PREPARE_TASK)[host]["status"] == "ok" and full.task(PREPARE_TASK)[host]["prepared"] is True, full.output
             assert only.task(PREPARE_TASK)[host]["status"] == "skipped", only.output
-            assert only.task(LAUNCH)[host]["status"] == "changed" and only.task(HANDLER)[host]["verdict"] == "started", only.output
+            assert only.task(LAUNCH)[host]["status"] == "changed" and only.proof(host)["verdict"] == "started", only.output
             assert len(fleet.job_processes(vmid)) == before[vmid] + 2, "fullrun and relaunch run, next to what ran before"
             print(f"{host}: pct calls of launch.yml, whole: {full.pct_calls(vmid)}, job_prepare=false: {only.pct_calls(vmid)}")
             assert only.pct_calls(vmid) < full.pct_calls(vmid), (only.calls, full.calls)
-            assert only.module_calls(host, LAUNCH, HANDLER) == full.module_calls(host, LAUNCH, HANDLER) == 2, "the same launch and proof"
+            for each in (full, only):  # the same launch and proof: one pct exec, and one more per chunk after the first
+                assert each.module_calls(host, LAUNCH, HANDLER) == 1 + each.proof(host)["pct_calls"], each.output
     finally:
         for vmid in (700, 704):
             fleet.node_of(vmid).sh(vmid, 'for s in fullrun relaunch; do tmux kill-session -t "=$s" 2>/dev/null; done; true')

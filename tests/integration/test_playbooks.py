@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from .conftest import REPO, StandinNode
-from .playbook_results import ansible_playbook, task_results
+from .playbook_results import ansible_playbook, launch_proof, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -68,6 +68,16 @@ class Run:
         runs = [task["hosts"][host] for task in self.tasks(name) if host in task["hosts"]]
         assert runs, f"task {name!r} has no result for {host}\n{self.output}"
         return runs[-1]
+
+    def proof(self, host: str) -> dict[str, t.Any]:
+        """The proof of the last start on ``host``: the launch task's wait, or the handler's result (``launch_proof``)."""
+        found = launch_proof(self.results, host)
+        assert found is not None, f"no proof of a start on {host}\n{self.output}"
+        return found
+
+    def no_proof_awaited(self, host: str) -> bool:
+        """Whether no proof of a start was awaited on ``host`` (neither the launch task's wait nor the handler)."""
+        return launch_proof(self.results, host) is None and not any(host in task["hosts"] for task in self.tasks(HANDLER))
 
     def stats(self, host: str) -> dict[str, int]:
         """The play recap of ``host``."""
@@ -188,9 +198,9 @@ def test_healthy_launch(containers: Containers, ct: int, healthy: Run) -> None:
     launch = healthy.result(LAUNCH, host)
     assert launch["status"] == "changed" and launch["state"] == "running" and launch["pane_pid"] > 1
     assert launch["log_path"] == HEALTHY_LOG and launch["rotated_log"] is None and launch["tmux_version"]
-    wait = healthy.result(HANDLER, host)
-    assert [task["handler"] for task in healthy.tasks(HANDLER)] == [True]
-    assert wait["status"] == "ok" and wait["verdict"] == "started" and wait["session_alive"]
+    wait = healthy.proof(host)
+    assert not healthy.tasks(HANDLER), "a launch that is no fleet-wide wait is proven in its own task (tmux_session's wait)"
+    assert launch["proven"] is True and not wait.get("failed") and wait["verdict"] == "started" and wait["session_alive"], wait
     assert wait["matched_line"].startswith("step ") and " loss " in wait["matched_line"], wait
     assert containers.session_alive(ct, HEALTHY_SESSION)
     log = containers.read(ct, HEALTHY_LOG).decode().splitlines()
@@ -217,7 +227,7 @@ def test_rerun_changes_nothing(containers: Containers, ct: int, running: Run) ->
     launch = again.result(LAUNCH, host)
     assert launch["status"] == "ok" and launch["state"] == "running"
     assert launch["pane_pid"] == running.result(LAUNCH, host)["pane_pid"]
-    assert not any(task["hosts"] for task in again.tasks(HANDLER)), "nothing was started: nothing to prove"
+    assert again.no_proof_awaited(host), "nothing was started: nothing to prove"
     assert "already running" in again.result("Report the job", host)["msg"]
     assert not containers.exists(ct, HEALTHY_LOG + ".1")
     # prepared already: one module run found nothing to do, so no role ran (issue: launch at the floor)
@@ -275,8 +285,9 @@ def test_crash_at_start_is_reported_fast(containers: Containers, ct: int, health
     host = f"ct{ct}"
     run = containers.run("playbooks/launch.yml", ct, job("crash", "python3 -c 'import sys; sys.exit(3)'", job_wait_timeout=300))
     assert run.rc != 0, run.output
-    wait = run.result(HANDLER, host)
-    assert wait["status"] == "failed" and wait["verdict"] == "died" and wait["exit_status"] == 3, wait
+    wait = run.proof(host)
+    assert run.result(LAUNCH, host)["status"] == "failed", "the launch task fails with its proof"
+    assert wait["failed"] and wait["verdict"] == "died" and wait["exit_status"] == 3, wait
     assert "exit status 3" in wait["msg"] and "exit status 3" in run.proc.stdout
     assert wait["elapsed"] < 5, f"a crash must be reported within a poll, not after the 300 s timeout: {wait['elapsed']} s"
     assert run.stats(host)["failures"] == 1 and not any(task["hosts"] for task in run.tasks("Report the job"))
@@ -292,7 +303,7 @@ def test_missing_script_starts_nothing(containers: Containers, ct: int, healthy:
     launch = run.result(LAUNCH, host)
     assert launch["status"] == "failed" and launch["error"] == "script_missing", launch
     assert "/workspace/nope.py" in launch["msg"] and "nothing was started" in launch["msg"], launch["msg"]
-    assert not any(task["hosts"] for task in run.tasks(HANDLER))
+    assert run.no_proof_awaited(host)
     assert not containers.session_alive(ct, "nope")
     assert not containers.exists(ct, "/workspace/nope.log") and not containers.exists(ct, "/run/trainops/nope/run.sh")
 
@@ -303,7 +314,7 @@ def test_fail_pattern_reports_the_line(containers: Containers, ct: int, healthy:
     host = f"ct{ct}"
     run = containers.run("playbooks/launch.yml", ct, job("failpat", "echo 'Traceback (most recent call last):'; sleep 300"))
     assert run.rc != 0, run.output
-    wait = run.result(HANDLER, host)
+    wait = run.proof(host)
     assert wait["verdict"] == "fail_pattern" and wait["matched_line"] == "Traceback (most recent call last):", wait
     assert "fail_pattern 'Traceback'" in wait["msg"] and "'Traceback (most recent call last):'" in wait["msg"]
     containers.run("playbooks/stop.yml", ct, {"job_session_name": "failpat", "job_stop_timeout": 5})
@@ -316,7 +327,7 @@ def test_timeout_says_what_was_seen(containers: Containers, ct: int, healthy: Ru
     slow = job("slow", "echo 'warming up the data loader'; sleep 300", job_wait_pattern="^never printed$", job_wait_timeout=3)
     run = containers.run("playbooks/launch.yml", ct, slow)
     assert run.rc != 0, run.output
-    wait = run.result(HANDLER, host)
+    wait = run.proof(host)
     assert wait["verdict"] == "timeout" and wait["session_alive"] and wait["log_exists"], wait
     assert wait["msg"].startswith("Timed out after 3 s"), wait["msg"]
     assert "warming up the data loader" in wait["msg"] and "the session is alive" in wait["msg"], wait["msg"]
@@ -337,7 +348,7 @@ def test_relaunch_after_finish_rotates_the_log(containers: Containers, ct: int, 
     assert second.rc == 0, second.output
     launch = second.result(LAUNCH, host)
     assert launch["status"] == "changed" and launch["rotated_log"] == "/workspace/rotate.log.1"
-    assert second.result(HANDLER, host)["verdict"] == "started"
+    assert second.proof(host)["verdict"] == "started"
     assert containers.read(ct, "/workspace/rotate.log.1") == old_log
     assert containers.read(ct, "/workspace/rotate.log.1.exit") == old_exit
     containers.wait_for_file(ct, "/workspace/rotate.log.exit")
@@ -348,7 +359,7 @@ def test_relaunch_after_finish_rotates_the_log(containers: Containers, ct: int, 
     # Check mode on the finished job: it would start, but nothing starts, nothing rotates, and no old log is taken as proof.
     check = containers.run("playbooks/launch.yml", ct, job("rotate", "python3 /workspace/train.py --steps 4 --seed 1"), "--check")
     assert check.rc == 0, check.output
-    assert check.result(LAUNCH, host)["status"] == "changed" and check.result(HANDLER, host)["status"] == "skipped"
+    assert check.result(LAUNCH, host)["status"] == "changed" and check.no_proof_awaited(host)
     assert "would start" in check.result("Report the job", host)["msg"]
     assert not containers.exists(ct, "/workspace/rotate.log.2") and containers.read(ct, "/workspace/rotate.log").decode() == new_log
     assert not containers.session_alive(ct, "rotate")
@@ -360,7 +371,7 @@ def test_launch_by_fqcn(containers: Containers, ct: int, healthy: Run) -> None:
     host = f"ct{ct}"
     run = containers.run("trainops.pct_launch.launch", ct, job("fqcn", "python3 /workspace/train.py --steps 50 --sleep 0.2"))
     assert run.rc == 0, run.output
-    assert run.result(LAUNCH, host)["status"] == "changed" and run.result(HANDLER, host)["verdict"] == "started"
+    assert run.result(LAUNCH, host)["status"] == "changed" and run.proof(host)["verdict"] == "started"
     # playbook_dir resolves in the collection: prepare_info found the source of job_files there (its checksum is the one
     # the container's copy has, so nothing is copied again); an unresolved source would be reported as a file to copy
     assert run.result("Find out what the container lacks for the job", host)["files_to_copy"] == []
@@ -379,7 +390,7 @@ def test_check_mode_on_fresh_container_changes_nothing(containers: Containers) -
     assert run.rc == 0, run.output
     launch = run.result(LAUNCH, host)
     assert launch["status"] == "changed" and launch["error"] == "tmux_missing", launch
-    assert run.result(HANDLER, host)["status"] == "skipped"
+    assert run.no_proof_awaited(host)
     report = run.result("Report the job", host)["msg"]
     assert "would start" in report and "check mode: not checked before prepare.yml has run" in report
     assert "tmux is not installed" in report

@@ -224,7 +224,7 @@ def test_unproven_running_job_is_proven_on_the_rerun(ct_proof: int, standin: Sta
     standin.sh(ct_proof, 'tmux kill-session -t "=$1"', name, check=False)
 
 
-def test_a_launch_proven_by_the_handler_is_not_proven_again(
+def test_a_launch_proven_in_its_task_is_not_proven_again(
         ct_proof: int, standin: StandinNode, tmp_path: Path, counting: tuple[str, Path]) -> None:
     pct_path, calls = counting
     name = name_for("fresh")
@@ -233,11 +233,14 @@ def test_a_launch_proven_by_the_handler_is_not_proven_again(
     host = f"ct{ct_proof}"
     run = launch_playbook(tmp_path, ct_proof, pct_path, job)
     assert run.proc.returncode == 0, run.output
-    assert run.task(LAUNCH, host)["proven"] is False and run.task(LAUNCH, host)["status"] == "changed", run.output
-    wait = run.task(HANDLER, host)
-    assert wait and wait["verdict"] == "started" and wait["proof_recorded"] is True, run.output
-    assert run.task(REPROOF, host)["status"] == "skipped", "a job this run started is proven by the handler"
-    assert run.module_calls(host) == 1 + wait["pct_calls"]
+    launch = run.task(LAUNCH, host)
+    assert launch and launch["proven"] is True and launch["status"] == "changed", run.output
+    wait = launch["wait"]
+    assert wait["verdict"] == "started" and wait["proof_recorded"] is True and wait["pct_calls"] == 0, run.output
+    assert run.task(HANDLER, host) is None, "a launch that is no fleet-wide wait is proven in its own task"
+    assert run.task(REPROOF, host)["status"] == "skipped", "a job this run started is proven by its launch task"
+    assert run.module_calls(host) == 1, "the launch and its proof: one pct exec"
+    assert proven_option(standin, ct_proof, name).endswith("Z")
     again = launch_playbook(tmp_path, ct_proof, pct_path, job)
     assert again.proc.returncode == 0 and again.task(LAUNCH, host)["proven"] is True, again.output
     assert again.module_calls(host) == 1 and again.results["stats"][host]["changed"] == 0, again.output
@@ -322,3 +325,22 @@ def test_a_ci_wait_for_a_job_found_running_and_proven_waits_for_its_end(ct_proof
     assert "eval done" in shown, again.output
     assert "step 1 loss 2.5" not in shown, "a line from before the wait began is not shown again"
     assert any("failed" in line and "exit status 3" in line for line in again.summary()), again.summary()
+
+
+def test_a_ci_launch_waits_for_the_end_in_its_launch_task(ct_proof: int, tmp_path: Path) -> None:
+    """job_wait_until finished on a start: tmux_session's wait shows the log's lines and waits for the end (exit status 0)."""
+    name = name_for("ci-start")
+    job = {"job_hosts": "training", "job_session_name": name, "job_log_path": f"/w/{name}.log", "job_min_free_mb": 1,
+           "job_command": "echo 'step 1 loss 2.5'; sleep 3; echo 'eval done'", "job_wait_pattern": PATTERN,
+           "job_wait_timeout": 120, "job_wait_until": "finished"}
+    host = f"ct{ct_proof}"
+    run = launch_playbook(tmp_path, ct_proof, "pct", job)
+    assert run.proc.returncode == 0, run.output
+    launch = run.task(LAUNCH, host)
+    assert launch and launch["status"] == "changed" and run.task(HANDLER, host) is None, run.output
+    wait = launch["wait"]
+    assert wait["verdict"] == "finished" and wait["exit_status"] == 0 and wait["proven_line"] == "step 1 loss 2.5", wait
+    shown = run.proc.stdout.splitlines()
+    assert "step 1 loss 2.5" in shown and "eval done" in shown, run.output
+    assert [ln for ln in run.summary() if ln.startswith(host)] == [f"{host} (CT {ct_proof} on localhost): started: finished (exit status 0)"]
+    assert run.module_calls(host) == 1 + wait["pct_calls"], run.output

@@ -18,6 +18,7 @@ from ansible.plugins.action import normal
 
 from ansible_collections.trainops.pct_launch.plugins.action.tmux_session import ActionModule, name_the_container, unpipelined_env_message
 from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule as WaitAction
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning
 
 FAILED = {"failed": True, "msg": "Cannot start session train in host CT241: directory /w does not exist; create it or fix chdir",
           "error": "chdir_missing", "target": "host CT241"}
@@ -211,3 +212,36 @@ def test_a_node_lost_during_the_wait_is_unreachable_and_keeps_the_launch(monkeyp
     assert result["unreachable"] and result["changed"] and result["pane_pid"] == 42, result
     assert result["msg"].startswith("Cannot wait for session train in container 241: the wait was cut off"), result["msg"]
     assert "Connection refused" in result["msg"] and "may still run" in result["msg"]
+
+
+class LostModule(Module):
+    """A module run whose connection is lost (``error``)."""
+
+    def __init__(self, error: AnsibleConnectionFailure) -> None:
+        super().__init__({})
+        self.error = error
+
+    def __call__(self, action: t.Any, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        self.runs.append(task_vars)
+        raise self.error
+
+
+def test_a_node_lost_during_the_launch_with_wait_says_the_job_may_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = LostModule(AnsibleConnectionFailure("node pve2 cannot be reached: Connection refused"))
+    with pytest.raises(AnsibleConnectionFailure) as raised:
+        make_action(dict(WAIT_ARGS), True, monkeypatch, module).run(task_vars=dict(CT241))
+    text = str(raised.value)
+    assert text.startswith("node pve2 cannot be reached: Connection refused. The launch of session train was cut off"), text
+    assert "the job may have started and may still run" in text and "playbooks/status.yml" in text, text
+    assert len(module.runs) == 1
+
+
+@pytest.mark.parametrize("error, args", [
+    (AnsibleConnectionFailure("node pve2 cannot be reached"), {"session_name": "train", "command": "x"}),
+    (ContainerNotRunning("container 241 is not running; start it with 'pct start 241'"), WAIT_ARGS),
+])
+def test_other_lost_launches_keep_the_connection_s_message(monkeypatch: pytest.MonkeyPatch, error: AnsibleConnectionFailure,
+                                                           args: dict[str, t.Any]) -> None:
+    with pytest.raises(AnsibleConnectionFailure) as raised:
+        make_action(dict(args), True, monkeypatch, LostModule(error)).run(task_vars=dict(CT241))
+    assert raised.value is error
