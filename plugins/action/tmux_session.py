@@ -81,11 +81,12 @@ class ActionModule(NormalAction):
     def _prove_start(self, result: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
         """Option wait, after a start: the proof, gone on from the module's first chunk; its failure fails the task."""
         wait = dict(result["wait"])
+        first = None if "first_chunk_error" in wait else wait  # the module's chunk failed unforeseen: wait from the start
         options = ArgumentSpecValidator(WAIT_SPEC).validate(dict(self._task.args["wait"])).validated_parameters  # as the module did
         args = dict(options, session_name=result["session_name"], log_path=result["log_path"], offset=0)
         waiter = WaitAction(self._task, self._connection, self._play_context, self._loader, self._templar, self._shared_loader_obj)
         try:
-            proof = waiter.prove_start(args, task_vars, wait)
+            proof = waiter.prove_start(args, task_vars, first)
         except AnsibleConnectionFailure as exc:  # the job started; its proof was cut off
             return dict(result, unreachable=True, msg=str(exc))
         result["wait"] = proof

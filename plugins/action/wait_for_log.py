@@ -147,8 +147,9 @@ class ActionModule(ActionBase):
             result.update(self._wait(args, task_vars, host, member))
         return result
 
-    def prove_start(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any], first: dict[str, t.Any]) -> dict[str, t.Any]:
-        """tmux_session's option wait: go on from the first chunk its module ran (``first``) with the validated ``args``."""
+    def prove_start(self, args: t.Mapping[str, t.Any], task_vars: dict[str, t.Any], first: dict[str, t.Any] | None) -> dict[str, t.Any]:
+        """tmux_session's option wait: go on from the first chunk its module ran (``first``; None: wait from the start)
+        with the validated ``args``."""
         args, host = self._targeted(args, task_vars)
         return self._wait(args, task_vars, host, None, first)
 

@@ -88,7 +88,10 @@ def first_proof_chunk(params: t.Mapping[str, t.Any], outcome: t.Mapping[str, t.A
     from ansible_collections.trainops.pct_launch.plugins.module_utils._log_chunk import chunk  # only a run with wait needs it
     chunk_params = dict(wait, session_name=outcome["session_name"], log_path=outcome["log_path"], offset=0,
                         timeout=min(CHUNK_SECONDS, float(wait["timeout"])))
-    return chunk(chunk_params, check_mode=False)
+    try:
+        return chunk(chunk_params, check_mode=False)
+    except Exception as exc:  # pylint: disable=broad-exception-caught  # the start's result must reach the controller
+        return {"first_chunk_error": f"{type(exc).__name__}: {exc}"}  # which waits without this chunk
 
 
 def direct_run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> dict[str, t.Any]:

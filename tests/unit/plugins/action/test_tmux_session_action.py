@@ -245,3 +245,10 @@ def test_other_lost_launches_keep_the_connection_s_message(monkeypatch: pytest.M
     with pytest.raises(AnsibleConnectionFailure) as raised:
         make_action(dict(args), True, monkeypatch, LostModule(error)).run(task_vars=dict(CT241))
     assert raised.value is error
+
+
+def test_a_first_chunk_that_failed_unforeseen_is_waited_for_from_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks = Chunks(chunk("started", 90, matched_line="step 1"))
+    result = launch_with_wait(monkeypatch, {"first_chunk_error": "PermissionError: ..."}, chunks)
+    assert [(offset, args["session_name"]) for args, _seconds, offset in chunks.calls] == [(0, "train")]
+    assert result["proven"] is True and result["wait"]["verdict"] == "started" and result["wait"]["pct_calls"] == 1, result

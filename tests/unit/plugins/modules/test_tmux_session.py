@@ -218,3 +218,20 @@ def test_a_job_that_dies_during_the_first_chunk_reports_its_exit_status(
     started = invoke(capsys, args)
     assert started["changed"] and started["wait"]["verdict"] == "died" and started["wait"]["exit_status"] == 3, started
     assert started["wait"]["failed"] and "exit status 3" in started["wait"]["msg"] and "Traceback: no data" in started["wait"]["msg"]
+
+
+@needs_tmux
+def test_a_first_chunk_that_fails_unforeseen_still_returns_the_start(
+        server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    del server
+    from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_chunk  # pylint: disable=import-outside-toplevel
+
+    def broken(params: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
+        raise PermissionError(13, "Permission denied", params["log_path"])
+
+    monkeypatch.setattr(_log_chunk, "chunk", broken)
+    args = {"session_name": "ut-wait-broken", "command": "exec sleep 30", "log_path": str(tmp_path / "train.log"),
+            "wait": {"timeout": 30}}
+    started = invoke(capsys, args)
+    assert started["changed"] and started["state"] == "running" and started["pane_pid"] > 1, started
+    assert started["wait"] == {"first_chunk_error": f"PermissionError: [Errno 13] Permission denied: '{tmp_path / 'train.log'}'"}
