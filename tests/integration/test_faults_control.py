@@ -243,7 +243,9 @@ class Playbooks:
         run_env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_") or key in kept}
         run_env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="0", ANSIBLE_RETRY_FILES_ENABLED="0",
                        ANSIBLE_PIPELINING="1", ANSIBLE_CALLBACK_PLUGINS=str(CALLBACK_DIR), ANSIBLE_CALLBACKS_ENABLED="trainops_results",
-                       ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.control_dir))
+                       ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.control_dir),
+                       # the tests read the output while it runs, and Ansible does not flush it: a file gets it in blocks
+                       PYTHONUNBUFFERED="1")
         argv = [ansible_playbook(), "-i", str(self.inventory), "-e", f"@{job_file}", str(playbook)]
         return Launched(argv, run_env, self.folder)
 

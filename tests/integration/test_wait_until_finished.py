@@ -122,7 +122,8 @@ def run_live(folder: Path, hosts: t.Mapping[str, t.Mapping[str, t.Any]], playboo
         playbook = path
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="0",
                ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS), ANSIBLE_CALLBACKS_ENABLED="trainops_results",
-               ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="0", TRAINOPS_RESULTS_FILE=str(results))
+               ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="0", TRAINOPS_RESULTS_FILE=str(results),
+               PYTHONUNBUFFERED="1")  # read live: Ansible does not flush its output, a pipe gets it in blocks without this
     argv = [ansible_playbook(), "-i", str(inventory), *(["-e", json.dumps(extra)] if extra else []), *options, str(playbook)]
     lines: list[str] = []
     with open(folder / f"stderr-{tag}.txt", "w+", encoding="utf-8") as stderr, \
