@@ -27,7 +27,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action.normal import ActionModule as NormalAction
 from ansible.utils.vars import merge_hash
 
-from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule as WaitAction
+from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule as WaitAction, cause_detail
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import WAIT_SPEC
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_run import ARGUMENT_SPEC, RULES
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
@@ -99,8 +99,7 @@ class ActionModule(NormalAction):
 
 def cut_in_launch_message(args: t.Mapping[str, t.Any], cause: object) -> str:
     """The message when the target was lost during a launch with ``wait`` (the start and the first chunk of its proof)."""
-    detail = " ".join(str(cause).split()).rstrip(":.") or "no detail"
-    return (f"{detail}. The launch of session {args.get('session_name')} was cut off during its one call, which starts "
+    return (f"{cause_detail(cause)}. The launch of session {args.get('session_name')} was cut off during its one call, which starts "
             "the job and waits for the first chunk of its proof: the job may have started and may still run, its start "
             "is not proven; once the target can be reached, check it (playbooks/status.yml) or launch again "
             "(a running job is left alone)")

@@ -102,14 +102,15 @@ def _who(args: t.Mapping[str, t.Any]) -> str:
     return f"session {args['session_name']}" if args.get("session_name") else f"log {args['log_path']}"
 
 
-def _detail(cause: object) -> str:
+def cause_detail(cause: object) -> str:
+    """A cause on one line, without a trailing colon or period (``no detail`` when empty)."""
     return " ".join(str(cause).split()).rstrip(":.").strip() or "no detail"
 
 
 def unreachable_message(reach: str, args: t.Mapping[str, t.Any], elapsed: float, cause: object) -> str:
     """The message when the target cannot be reached for a chunk: the wait is over, the job's fate unknown."""
     return (f"Cannot wait for {_who(args)}{where(args)}: the wait was cut off {elapsed:.0f} s into its {args['timeout']:g} s: "
-            f"{_detail(cause)}. The job's start is not proven and the job may still run: once {reach} can be reached, "
+            f"{cause_detail(cause)}. The job's start is not proven and the job may still run: once {reach} can be reached, "
             "check it (playbooks/status.yml) or launch again (a running job is left alone)")
 
 
@@ -117,7 +118,7 @@ def stopped_message(args: t.Mapping[str, t.Any], cause: object) -> str:
     """The message when the container stopped during the wait (pct says it is not running)."""
     vmid = args.get("pct_vmid")
     return (f"Cannot wait for {_who(args)}{where(args)}: the container is not running any more (it stopped during the wait, "
-            f"and the job with it); start it with 'pct start {vmid}' and launch the job again ({_detail(cause)})")
+            f"and the job with it); start it with 'pct start {vmid}' and launch the job again ({cause_detail(cause)})")
 
 
 class ActionModule(ActionBase):

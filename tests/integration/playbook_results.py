@@ -97,12 +97,6 @@ class PlayRun(t.NamedTuple):
         assert found, f"no result of {task!r} on {host}:\n{self.proc.stdout[-6000:]}\n{self.proc.stderr[-3000:]}"
         return found[-1]
 
-    def proof(self, host: str) -> dict[str, t.Any]:
-        """The proof of launch.yml's last start on ``host`` (``launch_proof``); fails the test when there is none."""
-        found = launch_proof(self.results, host)
-        assert found is not None, f"no proof of a start on {host}:\n{self.proc.stdout[-6000:]}\n{self.proc.stderr[-3000:]}"
-        return found
-
 
 def run_tasks(folder: Path, hosts: t.Mapping[str, t.Mapping[str, t.Any]], tasks: list[dict[str, t.Any]], *,
               handlers: list[dict[str, t.Any]] | None = None, options: t.Sequence[str] = (),
