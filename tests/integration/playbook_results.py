@@ -46,6 +46,36 @@ def launch_proof(results: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any] 
     return handlers[-1] if handlers else None
 
 
+# launch.yml's summary of the fleet and report of the job (tasks/fleet_summary.yml, imported twice: one of the
+# two imports runs, the other is skipped); the report is one task run once, looping over the containers where the job runs
+SUMMARY_TASK = "Summarize the launch per container"
+REPORT_TASK = "Report the job"
+
+
+def summary_lines(results: t.Mapping[str, t.Any]) -> list[str]:
+    """The lines of launch.yml's summary of the fleet (the one run of it that was not skipped)."""
+    found = [result for play in results.get("plays", []) for task in play["tasks"] if task["name"] == SUMMARY_TASK
+             for result in task["hosts"].values() if result.get("status") != "skipped"]
+    assert len(found) == 1, f"the summary ran {len(found)} times: {found}"
+    return list(found[0]["msg"])
+
+
+def report_msg(results: t.Mapping[str, t.Any], host: str) -> str | None:
+    """The last report of the job on ``host`` ("Report the job": an item of launch.yml's loop, or a task's own
+    result on ``host``); None when there is none (the job does not run there)."""
+    found: list[str] = []
+    for play in results.get("plays", []):
+        for task in play["tasks"]:
+            if task["name"] != REPORT_TASK:
+                continue
+            for where, result in task["hosts"].items():
+                if isinstance(result.get("results"), list):
+                    found.extend(str(item["msg"]) for item in result["results"] if item.get("item") == host and "msg" in item)
+                elif where == host and "msg" in result:
+                    found.append(str(result["msg"]))
+    return found[-1] if found else None
+
+
 def results_by_host(results: t.Mapping[str, t.Any], name: str) -> dict[str, dict[str, t.Any]]:
     """The last result of the task called ``name``, per host."""
     found: dict[str, dict[str, t.Any]] = {}

@@ -54,7 +54,7 @@ import pytest
 
 from .conftest import REPO, StandinNode, knob_pct, require_standin
 from .nodes import NODE_SH, NODES_BASE, RemoteNode, RemoteNodes
-from .playbook_results import ansible_playbook, launch_proof, task_results
+from .playbook_results import ansible_playbook, launch_proof, report_msg, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -524,7 +524,7 @@ def test_fault_node_unreachable_mid_wait(node_i: RemoteNode, tmp_path: Path) -> 
         assert f"node {NODE} cannot be reached" in text and f"once container {CT_REMOTE} on node {NODE} can be reached" in text, text
         assert "The job's start is not proven" in text and "playbooks/status.yml" in text, text
         assert f"fatal: [{host}]: UNREACHABLE!" in run.stdout and "Traceback" not in run.stdout + run.stderr, run.output
-        assert not run.results_of(REPORT, host) and run.stats(host)["unreachable"] == 1, run.output
+        assert report_msg(run.results, host) is None and run.stats(host)["unreachable"] == 1, run.output
         print(f"\nnode unreachable: killed sshd processes {killed}; ansible-playbook exited {run.rc}: {text}")
 
         up = node_sh("up", NODE, NODE_ADDRESS)  # sshd again; the node's containers were never touched
@@ -537,7 +537,7 @@ def test_fault_node_unreachable_mid_wait(node_i: RemoteNode, tmp_path: Path) -> 
         again = books.run(REPO / "playbooks" / "launch.yml", job.vars())
         assert again.rc == 0, again.output
         assert again.result(LAUNCH, host)["status"] == "ok" and again.stats(host)["changed"] == 0, again.output
-        assert "already running" in again.result(REPORT, host)["msg"]
+        assert "already running" in str(report_msg(again.results, host)), again.output
         job.assert_one_job()
         assert not job.exists(job.log_path + ".1"), "the log was rotated: a second start"
         wait_in_container(node_i, CT_REMOTE, 'grep -q "^step 2 loss" "$1"', job.log_path)
@@ -561,7 +561,7 @@ def module_calls(call_log: Path, vmid: int) -> int:
 def check_rerun(job: Job, rerun: Run, host: str, first_log: str) -> str:
     """The launch run again after a killed one: one job, the first run's log kept, a true verdict; returns the verdict."""
     assert rerun.rc == 0, rerun.output
-    launch, report = rerun.result(LAUNCH, host), rerun.result(REPORT, host)["msg"]
+    launch, report = rerun.result(LAUNCH, host), str(report_msg(rerun.results, host))
     if first_log:  # the killed run had started the job: the same job is found running, its log is the same file
         assert launch["status"] == "ok" and launch["state"] == "running", launch
         assert "already running" in report and not any(r["status"] != "skipped" for r in rerun.results_of(HANDLER, host)), report
@@ -595,7 +595,7 @@ def test_fault_controller_killed_in_launch_call(local: Playbooks, local_ct: int,
     print(f"\nkilled in tmux_session's pct call: job {'started' if first_log else 'not started'} by the killed run")
     rerun = local.run(REPO / "playbooks" / "launch.yml", job.vars())
     verdict = check_rerun(job, rerun, host, first_log)
-    print(f"rerun: {verdict}; {rerun.result(REPORT, host)['msg']}")
+    print(f"rerun: {verdict}; {report_msg(rerun.results, host)}")
 
 
 def test_fault_controller_killed_in_wait(local: Playbooks, local_ct: int, standin: StandinNode) -> None:
@@ -619,7 +619,7 @@ def test_fault_controller_killed_in_wait(local: Playbooks, local_ct: int, standi
     assert rerun.stats(host)["changed"] == 0, rerun.output
     # The orphaned chunk ends by itself, on the node and in the container, within its chunk (10 s) and a margin.
     wait_gone(standin, local_ct, timeout=max(1.0, killed_at + 40 - time.monotonic()))
-    print(f"orphaned chunk gone {time.monotonic() - killed_at:.1f} s after the kill; rerun: {rerun.result(REPORT, host)['msg']}")
+    print(f"orphaned chunk gone {time.monotonic() - killed_at:.1f} s after the kill; rerun: {report_msg(rerun.results, host)}")
 
 
 # ---------------------------------------------------------------------------- 3. two launches at once

@@ -46,7 +46,7 @@ import pytest
 import yaml
 
 from .conftest import REPO, require_standin
-from .playbook_results import exec_calls, launch_proof, results_by_host
+from .playbook_results import exec_calls, launch_proof, results_by_host, summary_lines
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,6 @@ SESSION = "train-example"
 LAUNCH = "Start the job in its detached tmux session"
 HANDLER = "Wait for the job's log to prove it started"
 REPROOF = "Prove the start of a job found running, or wait for its end"
-SUMMARY = "Summarize the launch per container"
 PREPARE_TASK = "Find out what the container lacks for the job"
 APT = ("export DEBIAN_FRONTEND=noninteractive; { apt-get update -qq && apt-get install -y -qq --no-install-recommends "
        "tmux python3-venv python3-packaging && python3 -m venv /opt/train/venv && /opt/train/venv/bin/pip install -q "
@@ -323,9 +322,7 @@ class Run:
 
     def summary(self) -> list[str]:
         """The lines of the fleet summary."""
-        found = self.task(SUMMARY)
-        assert len(found) == 1, f"the summary ran {len(found)} times\n{self.output}"
-        return list(next(iter(found.values()))["msg"])
+        return summary_lines(self.results)
 
     def module_calls(self, host: str, *tasks: str) -> int:
         """The pct calls (``EXEC`` lines of the -vvv output, one ``pct exec`` each) of ``tasks`` on ``host``."""

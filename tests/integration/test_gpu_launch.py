@@ -7,7 +7,8 @@ NVIDIA's CSV formats), and the GPU processes are real processes placed in real c
 mapping PID -> /proc/PID/cgroup -> VMID that gpu_info's node side makes is tested on the kernel's own answers.
 Everything runs through ansible-playbook and the collection's pct connection, as users run it.
 
-VMIDs: 680 (with tmux: the jobs), 681 (another container holding a GPU), 682 (on the remote node pve-a).
+VMIDs: 680 (with tmux: the jobs), 681 (another container holding a GPU), 682 (on the remote node pve-a), 683 (with
+tmux and no GPU: a container of the same fleet without a finding).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import pytest
 from .conftest import StandinNode
 from .gpu_standin import GPU_UUIDS, edit_state, gpu_entries, gpu_process_in_container, gpu_process_on_node, gpu_processes
 from .gpu_standin import install_in_container, install_node_smi, install_remote_node_smi, remove_devices, state_of, sync_container_view
-from .playbook_results import container_host, run_playbook, run_tasks, task_results
+from .playbook_results import container_host, run_playbook, run_tasks, summary_lines, task_results
 
 pytestmark = pytest.mark.integration
 
-CT_JOBS, CT_OTHER = 680, 681
+CT_JOBS, CT_OTHER, CT_PLAIN = 680, 681, 683
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,32 @@ def test_the_preflight_refuses_a_busy_gpu_named_with_its_container(tmp_path: Pat
     assert launch["changed"] and launch["gpus"] == [GPU_UUIDS[0], GPU_UUIDS[2]], launch
     log = standin.pct("exec", CT_JOBS, "--", "cat", "/w/counted.log", check=True).stdout.decode()
     assert f"CVD={GPU_UUIDS[0]},{GPU_UUIDS[2]} NPROC=2" in log, log
+
+
+def test_a_refused_container_does_not_stop_the_fleet(tmp_path: Path, standin: StandinNode, node_smi: Path) -> None:
+    """job_gpu_busy=fail refuses the container whose GPU is busy, and only it: the others of the fleet are launched.
+
+    The refusal is a play of the containers with a finding; a play whose every host fails would end the whole run.
+    """
+    standin.create(CT_PLAIN)
+    standin.install_tmux(CT_PLAIN, "/w")
+    install_in_container(standin, CT_PLAIN, gpu_entries(4)[:1])  # it can open GPU 0 only, which is free: no finding
+    theirs = gpu_process_in_container(standin, CT_OTHER, GPU_UUIDS[1], 4096, state_of(node_smi))
+    hosts = {"trainer": container_host(CT_JOBS), "plain": container_host(CT_PLAIN)}
+    proc, results = run_playbook(tmp_path, "launch.yml", hosts, _job("fleetgpu", job_gpu_busy="fail", job_node_nvidia_smi=str(node_smi)))
+    try:
+        assert proc.returncode == 2, proc.stdout[-4000:]
+        assert f"Refusing to launch fleetgpu in CT {CT_JOBS}: GPU 1 " in " ".join(proc.stdout.split()) and f"PID {theirs} " in proc.stdout
+        assert standin.sh(CT_JOBS, "tmux has-session -t =fleetgpu", check=False).returncode != 0, "nothing was started there"
+        assert standin.sh(CT_PLAIN, "tmux has-session -t =fleetgpu", check=False).returncode == 0, proc.stdout[-4000:]
+        lines = summary_lines(results)
+        assert lines[0] == "fleetgpu: 1 of 2 containers run, failed: trainer", lines
+        assert f"plain (CT {CT_PLAIN} on localhost): started" in lines, lines
+        assert (f"trainer (CT {CT_JOBS} on localhost): failed: preflight.yml failed on it before the launch (its error is shown above)"
+                in lines), lines
+        assert results["stats"]["trainer"]["failures"] == 1 and results["stats"]["plain"]["failures"] == 0, results["stats"]
+    finally:
+        standin.sh(CT_PLAIN, "tmux kill-server 2>/dev/null; true", check=False)
 
 
 def _start(tmp_path: Path, name: str, gpus: t.Any, *options: str) -> dict[str, t.Any]:

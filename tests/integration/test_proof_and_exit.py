@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, STANDIN_PCT, StandinNode
-from .playbook_results import PlayRun, container_host, exec_calls, run_tasks, task_results
+from .playbook_results import PlayRun, container_host, exec_calls, report_msg, run_tasks, summary_lines, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,6 @@ BIN = Path(sys.executable).parent
 LAUNCH = "Start the job in its detached tmux session"
 REPROOF = "Prove the start of a job found running, or wait for its end"
 HANDLER = "Wait for the job's log to prove it started"
-SUMMARY = "Summarize the launch per container"
 PATTERN = r"^step \d+ loss"
 
 
@@ -152,9 +151,7 @@ class LaunchRun:
 
     def summary(self) -> list[str]:
         """The lines of the fleet summary."""
-        found = [task for play_ in self.results.get("plays", []) for task in play_["tasks"] if task["name"] == SUMMARY]
-        assert len(found) == 1, self.output
-        return list(next(iter(found[0]["hosts"].values()))["msg"])
+        return summary_lines(self.results)
 
 
 def launch_playbook(tmp_path: Path, vmid: int, pct_path: str, job: dict[str, t.Any]) -> LaunchRun:
@@ -203,8 +200,8 @@ def test_unproven_running_job_is_proven_on_the_rerun(ct_proof: int, standin: Sta
     assert proof and proof.get("verdict") == "started" and proof["proof_recorded"] is True, run.output
     assert proof["matched_line"] == "step 1 loss 2.5"
     assert run.task(HANDLER, host) is None, "nothing changed: the handler is not notified"
-    report = run.task("Report the job", host)
-    assert report and "already running, start proven now, pane_pid" in " ".join(report["msg"].split()), report
+    report = report_msg(run.results, host)
+    assert report and "already running, start proven now, pane_pid" in " ".join(report.split()), report
     line = [ln for ln in run.summary() if ln.startswith(host)]
     assert line and line[0].endswith(": already running: start proven now"), run.summary()
     assert run.module_calls(host) == 1 + proof["pct_calls"], run.output
