@@ -529,6 +529,35 @@ def test_a_container_that_failed_the_preflight_is_named_so(fleet: Fleet) -> None
     fleet.node.sh(364, 'tmux kill-session -t "=$1" 2>/dev/null; true', "fleet-pf", check=False)
 
 
+def test_a_container_whose_prepare_fails_does_not_end_the_run(fleet: Fleet) -> None:
+    """The containers prepared already are launched when every container that lacks something fails its prepare.
+
+    Ansible ends the whole run at a play whose every host fails: the play "Do what the containers lack" keeps a
+    prepared container (all its tasks skipped), so that a failure there fails only the container that had it.
+    """
+    for vmid in (364, 365):
+        fleet.node.install_tmux(vmid, "/workspace")
+    inventory = {"prep": {"hosts": {"ct364": {"pct_vmid": 364}, "ct365": {"pct_vmid": 365, "fleet_workdir": "/etc/passwd/job"}},
+                          "vars": {"ansible_connection": "trainops.pct_launch.pct", "ansible_python_interpreter": "/usr/bin/python3"}}}
+    path = fleet.folder / "inventory-prepare.yml"
+    path.write_text(json.dumps(inventory, indent=1), encoding="utf-8")
+    run = run_playbook(fleet.folder, path, {"job_hosts": "prep", "job_session_name": "fleet-pp", "job_log_path": "/tmp/fleet-pp.log",
+                                            "job_workdir": "{{ fleet_workdir | default('/workspace') }}",
+                                            "job_command": "echo 'tick 1'; exec sleep 600", "job_wait_pattern": "^tick 1$",
+                                            "job_wait_timeout": 60})
+    try:
+        assert run.rc == 2, run.output
+        made = run.result("Create the job's working directory", "ct365")
+        assert made["status"] == "failed", made
+        assert run.line("ct365") == "ct365 (CT 365 on localhost): failed: prepare.yml failed on it before the launch (its error is shown above)"
+        assert run.line("ct364") == "ct364 (CT 364 on localhost): started", run.summary()
+        assert run.summary()[0] == "fleet-pp: 1 of 2 containers run, failed: ct365", run.summary()
+        assert run.result("Create the job's working directory", "ct364")["status"] == "skipped", "ct364 is prepared already"
+        assert fleet.alive(364, "fleet-pp") and not fleet.alive(365, "fleet-pp")
+    finally:
+        fleet.node.sh(364, 'tmux kill-session -t "=$1" 2>/dev/null; true', "fleet-pp", check=False)
+
+
 def test_all_or_nothing_launches_nothing_after_a_preflight_failure(fleet: Fleet) -> None:
     run = fleet.launch("fleet-pre", job_all_or_nothing=True, job_hosts="fleet_with_stopped", fleet_script="job.py")
     assert run.rc != 0, run.output
