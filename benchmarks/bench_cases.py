@@ -73,7 +73,8 @@ def job_vars(ctx: Context, name: str, command: str) -> Path:
 
 def baseline_job(name: str) -> dict[str, str]:
     """The same job for baseline_launch.sh."""
-    return {"session": name, "log": f"/bench/{name}.log", "pattern": PATTERN_ERE, "command": JOB_COMMAND}
+    return {"session": name, "log": f"/bench/{name}.log", "pattern": PATTERN_ERE, "command": JOB_COMMAND,
+            "pattern_py": PATTERN_PY, "chdir": "/bench"}
 
 
 def stop_sessions(ctx: Context, name: str, hosts: Sequence[tuple[int, str]]) -> None:

@@ -22,6 +22,7 @@ import resource
 import shlex
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -43,6 +44,7 @@ FRESH_VMID = 499
 ALL_VMIDS = [vmid for vmids in NODE_VMIDS.values() for vmid in vmids] + [FRESH_VMID]
 ANSIBLE_TIMEOUT = 900
 PARALLEL_LAUNCH = BENCH / "parallel_launch.sh"
+NODE_BATCH_PROBE = BENCH / "node_batch_probe.py"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The nodes' LXC path, the same inside every node's mount namespace; LXC's command socket answers lxc-info there
@@ -480,6 +482,17 @@ class Context:
         argv = [str(BENCH / "baseline_launch.sh"), "-n", node, "-F", self.ssh_config, "-t", "60",
                 str(vmid), job["session"], job["log"], job["pattern"], "--", *shlex.split(job["command"])]
         return self.run(label, argv, vmids=[vmid])
+
+    def node_batch(self, label: str, hosts: Sequence[tuple[int, str]], job: dict[str, str], sample: bool = False) -> Run:
+        """Run benchmarks/node_batch_probe.py on the containers (a probe of one task per node): masters opened first."""
+        self.close_masters()
+        self.open_masters()
+        argv = [sys.executable, str(NODE_BATCH_PROBE), "-F", self.ssh_config, "-S", self.control_path, "-t", "60",
+                job["session"], job["log"], job["pattern_py"], job["chdir"], *(f"{node}:{vmid}" for vmid, node in hosts),
+                "--", *shlex.split(job["command"])]
+        run = self.run(label, argv, hosts=len(hosts), sample=sample, vmids=[vmid for vmid, dummy in hosts])
+        self.close_masters()
+        return run
 
     def parallel(self, label: str, hosts: Sequence[tuple[int, str]], job: dict[str, str], sample: bool = False) -> Run:
         """Run benchmarks/parallel_launch.sh on the containers: masters opened first, one process per container."""

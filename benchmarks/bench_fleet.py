@@ -35,15 +35,19 @@ class Variant:
     config: Config | None
     warm: bool  # masters opened before the run
     every_count: bool = True  # else only at the largest count
+    probe: bool = False  # benchmarks/node_batch_probe.py: a probe of one task per node, not what ships
 
 
 PARALLEL = Variant("parallel", "hand-written parallel launcher (xargs -P, masters open)", "", None, True)
+NODE_BATCH = Variant("node batch", "probe of one task per node (node_batch_probe.py, not shipped: no Ansible), masters open", "", None, True,
+                     every_count=False, probe=True)
 FLEET = (
     PARALLEL,
     Variant("launch_only", f"launch_only.yml, {SHIPPED.name}", LAUNCH_ONLY, SHIPPED, False),
     Variant("launch_only persist", "launch_only.yml, as shipped, ssh masters open", LAUNCH_ONLY, PERSIST, True, every_count=False),
     Variant("launch.yml", f"whole launch.yml, re-launch, {SHIPPED.name}", LAUNCH, SHIPPED, False),
     Variant("launch.yml persist", "whole launch.yml, re-launch, as shipped, ssh masters open", LAUNCH, PERSIST, True, every_count=False),
+    NODE_BATCH,
 )
 
 
@@ -51,6 +55,9 @@ def launch(ctx: Context, variant: Variant, count: int, tag: str) -> Run:
     """One launch of the fleet of COUNT containers (their sessions ended first), sampled."""
     hosts = fanout_hosts(count)
     label = f"{variant.key} {count} {tag}"
+    if variant.probe:
+        stop_sessions(ctx, "fleetb", hosts)
+        return checked(ctx.node_batch(label, hosts, baseline_job("fleetb"), sample=True))
     if not variant.playbook:
         stop_sessions(ctx, "fleetp", hosts)
         return checked(ctx.parallel(label, hosts, baseline_job("fleetp"), sample=True))
@@ -239,7 +246,8 @@ def fleet_rows(ctx: Context, counts: Sequence[int], launch_only: bool = False) -
     for variant in variants[1:]:
         run = runs[variant.key][-1]
         rows.append(Row(FLEET_SECTION, f"{counts[-1]} containers: {variant.label} / parallel launcher", ratio(run.seconds, floor.seconds),
-                        f"{run.seconds:.2f} / {floor.seconds:.2f} s; pct calls per container {calls_by_task(run)}"
+                        f"{run.seconds:.2f} / {floor.seconds:.2f} s; pct calls per container "
+                        + (per_host(len(run.calls), run.hosts) + " (launch and proof in one)" if variant.probe else calls_by_task(run))
                         + (f"; by play {calls_by_play(run)}; changed results: {changes(run)}" if variant.playbook == LAUNCH else "")))
     where = f"where the time goes at {counts[-1]} containers"
     for key, label in (("launch.yml", "whole launch.yml, as shipped"), ("launch_only", "launch_only.yml, as shipped")):

@@ -86,6 +86,13 @@ def fleet_rows(facts: dict[str, object]) -> list[Row]:
             run = fleet[key][-1]
             rows.append(Row(SECTION, f"{last} containers on 2 nodes, forks {last}, delay 0.5 s: {what} / parallel launcher", result,
                             f"{raw}; {per_container(run)} `pct` calls per container"))
+    probe = fleet.get("node batch")
+    if probe:
+        run = probe[-1]
+        rows.append(Row(SECTION, f"{last} containers on 2 nodes, delay 0.5 s: probe of one task per node (not shipped: node_batch_probe.py, "
+                                 "one ssh session per node, launch and proof in one `pct exec`) / parallel launcher",
+                        ratio(run.seconds, floor.seconds), f"{run.seconds:.2f} s against {floor.seconds:.2f} s; "
+                        f"{per_container(run)} `pct` calls per container; no Ansible start-up or worker in it"))
     floors = [facts.get("parallel 0"), fleet["parallel"]]
     if all(isinstance(runs, list) and runs for runs in floors):
         text = "; ".join(" / ".join(f"{run.seconds:.2f}" for run in runs) + " s" for runs in floors if isinstance(runs, list))

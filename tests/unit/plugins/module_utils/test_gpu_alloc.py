@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import time
+import typing as t
 from pathlib import Path
 
 import pytest
@@ -82,21 +83,52 @@ def test_held_reads_the_running_sessions_only(tmp_path: Path) -> None:
     assert A.held(str(tmp_path / "missing"), lambda name: True, "") == {}
 
 
-def _hold(root: str, seconds: float, marks: "multiprocessing.Queue[str]") -> None:
+def _mark(path: str, text: str) -> None:
+    """Append a line to the marks file: one O_APPEND write, so the lines' order is the order of the writes
+    (a multiprocessing.Queue's feeder thread may deliver one process's item after a later one of another's)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _marks(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split() if path.exists() else []
+
+
+def _hold(root: str, name: str, marks: str, release: str) -> None:
+    """Take the lock, mark it, hold it until ``release`` exists (when given), mark the release."""
+    _mark(marks, f"{name}:waiting")
     with A.locked(root):
-        marks.put("in")
-        time.sleep(seconds)
-        marks.put("out")
+        _mark(marks, f"{name}:in")
+        while release and not os.path.exists(release):
+            time.sleep(0.01)
+        _mark(marks, f"{name}:out")
+
+
+def _until(what: str, check: t.Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 def test_the_lock_serialises_the_choices_of_two_processes(tmp_path: Path) -> None:
-    marks: "multiprocessing.Queue[str]" = multiprocessing.Queue()
-    first = multiprocessing.Process(target=_hold, args=(str(tmp_path), 0.5, marks))
+    marks, release = tmp_path / "marks", tmp_path / "release"
+    first = multiprocessing.Process(target=_hold, args=(str(tmp_path), "first", str(marks), str(release)))
+    second = multiprocessing.Process(target=_hold, args=(str(tmp_path), "second", str(marks), ""))
     first.start()
-    assert marks.get(timeout=10) == "in"
-    second = multiprocessing.Process(target=_hold, args=(str(tmp_path), 0, marks))
-    second.start()
-    assert [marks.get(timeout=10), marks.get(timeout=10), marks.get(timeout=10)] == ["out", "in", "out"]
-    first.join()
-    second.join()
+    try:
+        _until("the first process to hold the lock", lambda: "first:in" in _marks(marks))
+        second.start()
+        _until("the second process to ask for the lock", lambda: "second:waiting" in _marks(marks))
+        time.sleep(0.2)
+        assert "second:in" not in _marks(marks), "the second process took the lock while the first held it"
+    finally:
+        release.touch()  # the first lets go in every case, so that no process is left behind
+        first.join(timeout=20)
+        if second.pid is not None:
+            second.join(timeout=20)
+    assert _marks(marks) == ["first:waiting", "first:in", "second:waiting", "first:out", "second:in", "second:out"]
     assert oct(os.stat(tmp_path / A.LOCK_NAME).st_mode & 0o777) == "0o600"
