@@ -485,21 +485,21 @@ class Context:
 
     def node_batch(self, label: str, hosts: Sequence[tuple[int, str]], job: dict[str, str], sample: bool = False) -> Run:
         """Run benchmarks/node_batch_probe.py on the containers (a probe of one task per node): masters opened first."""
-        self.close_masters()
-        self.open_masters()
         argv = [sys.executable, str(NODE_BATCH_PROBE), "-F", self.ssh_config, "-S", self.control_path, "-t", "60",
                 job["session"], job["log"], job["pattern_py"], job["chdir"], *(f"{node}:{vmid}" for vmid, node in hosts),
                 "--", *shlex.split(job["command"])]
-        run = self.run(label, argv, hosts=len(hosts), sample=sample, vmids=[vmid for vmid, dummy in hosts])
-        self.close_masters()
-        return run
+        return self.with_masters(label, argv, hosts, sample)
 
     def parallel(self, label: str, hosts: Sequence[tuple[int, str]], job: dict[str, str], sample: bool = False) -> Run:
         """Run benchmarks/parallel_launch.sh on the containers: masters opened first, one process per container."""
-        self.close_masters()
-        self.open_masters()
         argv = [str(PARALLEL_LAUNCH), "-F", self.ssh_config, "-S", self.control_path, "-t", "60",
                 job["session"], job["log"], job["pattern"], *(f"{node}:{vmid}" for vmid, node in hosts), "--", *shlex.split(job["command"])]
+        return self.with_masters(label, argv, hosts, sample)
+
+    def with_masters(self, label: str, argv: Sequence[str], hosts: Sequence[tuple[int, str]], sample: bool) -> Run:
+        """Run a launcher of the containers with the ssh masters of both nodes opened just before it, closed after."""
+        self.close_masters()
+        self.open_masters()
         run = self.run(label, argv, hosts=len(hosts), sample=sample, vmids=[vmid for vmid, dummy in hosts])
         self.close_masters()
         return run
