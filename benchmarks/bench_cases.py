@@ -24,6 +24,7 @@ JOB_COMMAND = "python3 -u /bench/bench_job.py"
 DIE_COMMAND = "python3 -u /bench/bench_job.py --die-after 1"
 LAUNCH = "playbooks/launch.yml"
 LAUNCH_ONLY = "benchmarks/launch_only.yml"
+FLEET_LAUNCH = "benchmarks/fleet_launch.yml"
 MAIN = [(MAIN_VMID, MAIN_NODE)]
 
 
@@ -195,10 +196,13 @@ def calls_per_task(run: Run) -> dict[str, int]:
 
     A call's VMID (``pct exec VMID``) names its host ``ctVMID``; a host runs one task at a time, and the
     callback records a task's result after the task's last pct call, so a call belongs to the first task of
-    its host whose result came at or after the call's start. Calls outside any task are ``(no task)``.
+    its host whose result came at or after the call's start. A call of a host with no result after it belongs to
+    the task that was running when it started (a run_once task such as fleet_run works for every host from one
+    host's worker); calls before any task are ``(no task)``.
     """
     actions: dict[tuple[str, str], str] = {}
     ends: dict[str, list[tuple[float, str]]] = {}
+    starts = [(float(str(event["time"])), short_action(event["action"])) for event in run.events if event["event"] == "task_start"]
     for event in run.events:
         key = (str(event.get("host")), str(event.get("task")))
         if event["event"] == "host_start":
@@ -210,7 +214,8 @@ def calls_per_task(run: Run) -> dict[str, int]:
         argv = [str(arg) for arg in call["argv"]]  # type: ignore[attr-defined]
         host = f"ct{argv[2]}" if len(argv) > 2 and argv[1] in ("exec", "status") else ""
         started = float(str(call["time"]))
-        task = next((action for ended, action in sorted(ends.get(host, [])) if ended >= started), "(no task)")
+        task = next((action for ended, action in sorted(ends.get(host, [])) if ended >= started), "")
+        task = task or next((action for began, action in reversed(starts) if began <= started), "(no task)")
         counts[task] = counts.get(task, 0) + 1
     return counts
 
@@ -310,6 +315,11 @@ def wall_rows(runs: dict[str, list[Run]], delay: float) -> list[Row]:
 CONTROLLER_ACTIONS = {"assert", "debug", "set_fact", "include_vars", "fail", "meta", "include_role", "include_tasks",
                       "import_tasks", "validate_argument_spec", "add_host", "group_by", "set_stats"}
 
+# The kinds of the module tasks that have one of their own.
+MODULE_KINDS = {"gather_facts": "fact gathering via the pct connection", "setup": "fact gathering via the pct connection",
+                "tmux_session": "launch: tmux_session", "wait_for_log": "proof: wait_for_log",
+                "fleet_run": "launch + proof of every host: fleet_run (run once)"}
+
 
 def task_kind(action: str, status_: str, delegated: bool, host: str = "") -> str:
     """Where a task's time goes, from its module and where it ran."""
@@ -317,12 +327,8 @@ def task_kind(action: str, status_: str, delegated: bool, host: str = "") -> str
         return "skipped tasks (a worker per host all the same)"
     if action in CONTROLLER_ACTIONS or host == "localhost":
         return "controller-only tasks (set_fact, assert, ...)"
-    if action in ("gather_facts", "setup"):
-        return "fact gathering via the pct connection"
-    if action == "tmux_session":
-        return "launch: tmux_session"
-    if action == "wait_for_log":
-        return "proof: wait_for_log"
+    if action in MODULE_KINDS:
+        return MODULE_KINDS[action]
     return "tasks delegated to the node (ssh)" if delegated else "other module tasks via the pct connection"
 
 

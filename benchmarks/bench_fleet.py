@@ -5,10 +5,11 @@
 The parallel launcher is benchmarks/parallel_launch.sh: baseline_launch.sh for every container at once
 (``xargs -P``), through one persistent ssh connection per node opened before the run. The playbooks run
 with forks 32 as shipped (the pct connection shares one ssh connection per node; each run starts with none
-open) and with the masters opened before the run. Each run records the controller's CPU (user + system of the command, its
-descendants and the ssh masters), its peak memory (summed Pss of its process tree) and the CPU used inside
-its containers (the sum of their cgroup counters' increase during the run: Python modules, sh, tmux, the job's
-start).
+open) and with the masters opened before the run; benchmarks/fleet_launch.yml launches and proves every
+container from one run_once task (``trainops.pct_launch.fleet_run``: one worker, a thread per host). Each run
+records the controller's CPU (user + system of the command, its descendants and the ssh masters), its peak
+memory (summed Pss of its process tree) and the CPU used inside its containers (the sum of their cgroup
+counters' increase during the run: Python modules, sh, tmux, the job's start).
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from bench_cases import (LAUNCH, LAUNCH_ONLY, JOB_COMMAND, Row, baseline_job, calls_by_play, calls_by_task, changed_by_play, checked,
-                         fanout_hosts, job_vars, per_host, ratio, seconds, short_action, status, stop_sessions, task_kind)
+from bench_cases import (FLEET_LAUNCH, LAUNCH, LAUNCH_ONLY, JOB_COMMAND, Row, baseline_job, calls_by_play, calls_by_task, changed_by_play,
+                         checked, fanout_hosts, job_vars, per_host, ratio, seconds, short_action, status, stop_sessions, task_kind)
 from bench_env import PERSIST, SHIPPED, Config, Context, Run
 
 FLEET_DELAY = 0.5
@@ -45,6 +46,10 @@ FLEET = (
     PARALLEL,
     Variant("launch_only", f"launch_only.yml, {SHIPPED.name}", LAUNCH_ONLY, SHIPPED, False),
     Variant("launch_only persist", "launch_only.yml, as shipped, ssh masters open", LAUNCH_ONLY, PERSIST, True, every_count=False),
+    # The benchmark's inventory sets ansible_python_interpreter for every container (bench_env.Context.inventory), as
+    # fleet_run needs (a container's Python known), for every variant alike.
+    Variant("fleet_run", f"fleet_launch.yml: one run_once fleet_run task of tmux_session with wait, {SHIPPED.name} "
+            "(inventory: ansible_python_interpreter /usr/bin/python3, as for every variant)", FLEET_LAUNCH, SHIPPED, False),
     Variant("launch.yml", f"whole launch.yml, re-launch, {SHIPPED.name}", LAUNCH, SHIPPED, False),
     Variant("launch.yml persist", "whole launch.yml, re-launch, as shipped, ssh masters open", LAUNCH, PERSIST, True, every_count=False),
     NODE_BATCH,
@@ -250,7 +255,8 @@ def fleet_rows(ctx: Context, counts: Sequence[int], launch_only: bool = False) -
                         + (per_host(len(run.calls), run.hosts) + " (launch and proof in one)" if variant.probe else calls_by_task(run))
                         + (f"; by play {calls_by_play(run)}; changed results: {changes(run)}" if variant.playbook == LAUNCH else "")))
     where = f"where the time goes at {counts[-1]} containers"
-    for key, label in (("launch.yml", "whole launch.yml, as shipped"), ("launch_only", "launch_only.yml, as shipped")):
+    for key, label in (("launch.yml", "whole launch.yml, as shipped"), ("launch_only", "launch_only.yml, as shipped"),
+                       ("fleet_run", "fleet_launch.yml (one fleet_run task), as shipped")):
         if key in runs and runs[key]:
             persist = runs.get(f"{key} persist", [])
             rows.extend(breakdown_rows(f"{where}: {label}", runs[key][-1], persist[-1] if persist else None))

@@ -80,7 +80,8 @@ def fleet_rows(facts: dict[str, object]) -> list[Row]:
         return " / ".join(result), " / ".join(raw) + f" against {floor.seconds:.2f} s"
 
     rows = []
-    for key, what in (("launch.yml", "whole `launch.yml` re-launch"), ("launch_only", "`launch_only.yml` (launch + verify)")):
+    for key, what in (("launch.yml", "whole `launch.yml` re-launch"), ("launch_only", "`launch_only.yml` (launch + verify)"),
+                      ("fleet_run", "`fleet_run` (one task: launch + proof)")):
         if fleet.get(key):
             result, raw = pair(key)
             run = fleet[key][-1]
@@ -99,7 +100,7 @@ def fleet_rows(facts: dict[str, object]) -> list[Row]:
         rows.append(Row(SECTION, f"parallel launcher (`xargs -P`, ssh masters open): {' / '.join(map(str, counts))} containers, delay 0; 0.5 s",
                         text, "2 `pct` calls per container, as the single script"))
     costs, memory = [], []
-    for key, what in (("launch.yml", "launch.yml"), ("launch_only", "launch_only.yml"), ("parallel", "launcher")):
+    for key, what in (("launch.yml", "launch.yml"), ("launch_only", "launch_only.yml"), ("fleet_run", "fleet_launch.yml"), ("parallel", "launcher")):
         runs = fleet.get(key)
         if runs and len(runs) == len(counts) and len(counts) > 1:
             added = counts[-1] - counts[0]
@@ -114,7 +115,8 @@ def fleet_rows(facts: dict[str, object]) -> list[Row]:
 
 def inside_rows(facts: dict[str, object], fleet: dict[str, list[Run]], last: int) -> list[Row]:
     """The CPU used inside the containers per container at the largest count, against the controller's."""
-    measured = [(what, fleet[key][-1]) for key, what in (("parallel", "launcher"), ("launch_only", "launch_only.yml"), ("launch.yml", "launch.yml"))
+    variants = (("parallel", "launcher"), ("launch_only", "launch_only.yml"), ("fleet_run", "fleet_launch.yml"), ("launch.yml", "launch.yml"))
+    measured = [(what, fleet[key][-1]) for key, what in variants
                 if fleet.get(key) and fleet[key][-1].container_cpu is not None]
     if not measured:
         return []

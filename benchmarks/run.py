@@ -44,8 +44,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keep-workdir", action="store_true", help="keep the work folder with every run's output")
     parser.add_argument("--launch-only", action="store_true",
                         help="only the cases of benchmarks/launch_only.yml: its pct calls, re-run and wall time against the baseline "
-                             "at delay 0, detection on one container, the fleet and the parallel launcher (quick check; the table is "
-                             "printed, not written)")
+                             "at delay 0, detection on one container, the fleet (launch_only.yml and fleet_launch.yml) and the parallel "
+                             "launcher (quick check; the table is printed, not written)")
     parser.add_argument("--budget", type=float, default=BUDGET,
                         help=f"seconds from the start after which optional measurements are skipped (default {BUDGET})")
     args = parser.parse_args(argv)
