@@ -65,9 +65,12 @@ class HostRun:
 
     def __init__(self, action: t.Any, module: str, args: t.Mapping[str, t.Any], host: str, task_vars: t.Mapping[str, t.Any]) -> None:
         self.action, self.module, self.host = action, module, host
-        self.connection = connection_loader.get(CONNECTION, copy.copy(action._play_context))  # pylint: disable=protected-access
+        own = task_vars["hostvars"][host]
+        play_context = copy.copy(action._play_context)  # pylint: disable=protected-access
+        play_context.remote_addr = own.get("ansible_host") or host  # whom the connection's -vvv lines name, as in a per-host task
+        self.connection = connection_loader.get(CONNECTION, play_context)
         names = [*HOST_VARIABLES, *connection_variables(self.connection)]
-        self.task_vars = host_variables(task_vars, task_vars["hostvars"][host], names)
+        self.task_vars = host_variables(task_vars, own, names)
         self.task = action._task.copy()  # pylint: disable=protected-access  # the module's options, not fleet_run's
         self.task.args = dict(args)
         self.task.action = f"trainops.pct_launch.{module}"

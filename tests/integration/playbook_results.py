@@ -33,13 +33,28 @@ def task_results(results: t.Mapping[str, t.Any], name: str, host: str) -> list[d
 
 # launch.yml's launch task, and the handler that proves the start of an all-or-nothing or multi-node launch
 LAUNCH_TASK = "Start the job in its detached tmux session"
+# launch.yml's launch of a fleet from one task (fleet_run, run once): each container's result under its results
+FLEET_LAUNCH_TASK = "Launch the job in every container from one task, and prove it started"
+
+
+def launch_results(results: t.Mapping[str, t.Any], host: str) -> list[dict[str, t.Any]]:
+    """Every tmux_session result of launch.yml's launches on ``host``, in order: its per-host launch task's, and its
+    result in the launch of the fleet from one task."""
+    found = []
+    for play in results.get("plays", []):
+        for task in play["tasks"]:
+            if task["name"] == LAUNCH_TASK and host in task["hosts"]:
+                found.append(task["hosts"][host])
+            elif task["name"] == FLEET_LAUNCH_TASK:
+                found.extend(result["results"][host] for result in task["hosts"].values() if host in result.get("results", {}))
+    return found
 PROOF_HANDLER = "Wait for the job's log to prove it started"
 
 
 def launch_proof(results: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any] | None:
     """The proof of launch.yml's last start on ``host``: the launch task's ``wait`` (tmux_session's option wait, the
     proof of a launch that is no fleet-wide wait), else the handler's result; None when neither ran."""
-    launches = [result for result in task_results(results, LAUNCH_TASK, host) if isinstance(result.get("wait"), dict)]
+    launches = [result for result in launch_results(results, host) if isinstance(result.get("wait"), dict)]
     handlers = [result for result in task_results(results, PROOF_HANDLER, host) if result.get("status") != "skipped"]
     if launches:
         return launches[-1]["wait"]

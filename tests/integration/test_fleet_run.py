@@ -15,6 +15,8 @@ result with the module's message and start nothing. A per-host task of tmux_sess
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import typing as t
 import uuid
 from pathlib import Path
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import STANDIN_PCT, StandinNode
-from .playbook_results import PlayRun, container_host, run_tasks
+from .playbook_results import FLEET_LAUNCH_TASK, LAUNCH_TASK, PlayRun, container_host, results_by_host, run_playbook, run_tasks, summary_lines
 
 pytestmark = pytest.mark.integration
 
@@ -154,3 +156,36 @@ def test_wrong_options(fleet: tuple[int, ...], standin: StandinNode, tmp_path: P
     assert result["ok_hosts"] == [] and calls == [], (result, calls)
     assert all("mutually exclusive: command|argv" in result["results"][f"ct{vmid}"]["msg"] for vmid in fleet), result
     assert all(standin.sh(vmid, f"test -e /w/{session}.log", check=False).returncode != 0 for vmid in fleet)
+
+
+def test_launch_yml_launches_a_fleet_from_one_task(fleet: tuple[int, ...], standin: StandinNode, tmp_path: Path) -> None:
+    """launch.yml on the two containers and localhost: the containers from one task, localhost (left out) per host."""
+    session = f"frl-{uuid.uuid4().hex[:6]}"
+    standin.sh(fleet[0], f"touch /tmp/{session}.dies")
+    folder = tmp_path / "launch"
+    folder.mkdir()
+    inventory, calls = hosts(folder)
+    chosen = {f"ct{vmid}": inventory[f"ct{vmid}"] for vmid in fleet}
+    chosen["localhost"] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    job = {"job_session_name": session, "job_log_path": f"/tmp/{session}.log", "job_prepare": False, "job_wait_pattern": r"^step \d+",
+           "job_command": f"if [ -e /tmp/{session}.dies ]; then echo boom; exit 3; fi; echo step 1; sleep 300"}
+    try:
+        proc, results = run_playbook(folder, "launch.yml", chosen, job)
+        assert proc.returncode == 2, proc.stdout[-5000:]
+        one = results_by_host(results, FLEET_LAUNCH_TASK)["ct296"]
+        assert one["ok_hosts"] == ["ct297"] and one["failed_hosts"] == ["ct296"] and list(one["left_out"]) == ["localhost"], one
+        assert list(results_by_host(results, LAUNCH_TASK)) == ["localhost"]  # the per-host launch: only the host left out
+        lines = summary_lines(results)
+        assert lines[0] == f"{session}: 2 of 3 containers run, failed: ct296", lines
+        assert "ct296 (CT 296 on localhost): failed: Job did not start" in lines[1] and "exit status 3" in lines[1], lines
+        assert lines[2:] == ["ct297 (CT 297 on localhost): started", "localhost: started"], lines
+        assert "fatal: [ct296]" in proc.stdout and "fatal: [ct297]" not in proc.stdout
+        made = [json.loads(line) for line in calls.read_text(encoding="utf-8").splitlines()]
+        assert [call[1] for call in made if call[:1] == ["exec"]].count("297") == 1, made  # launch and proof: one pct exec
+
+        again, results = run_playbook(folder, "launch.yml", {name: chosen[name] for name in ("ct297", "localhost")}, job)
+        assert again.returncode == 0, again.stdout[-4000:]
+        assert summary_lines(results)[1:] == ["ct297 (CT 297 on localhost): already running", "localhost: already running"]
+        assert "changed=0" in again.stdout.split("PLAY RECAP")[-1]
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", f"={session}"], check=False, capture_output=True)
