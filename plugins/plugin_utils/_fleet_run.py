@@ -65,7 +65,7 @@ class HostRun:
 
     def __init__(self, action: t.Any, module: str, args: t.Mapping[str, t.Any], host: str, task_vars: t.Mapping[str, t.Any]) -> None:
         self.action, self.module, self.host = action, module, host
-        own = task_vars["hostvars"][host]
+        own = task_vars["hostvars"].raw_get(host)  # as a worker gets them: templated where used, with hostvars at hand
         play_context = copy.copy(action._play_context)  # pylint: disable=protected-access
         play_context.remote_addr = own.get("ansible_host") or host  # whom the connection's -vvv lines name, as in a per-host task
         self.connection = connection_loader.get(CONNECTION, play_context)
@@ -112,14 +112,18 @@ class HostRun:
 def run_on_hosts(action: t.Any, module: str, args: t.Mapping[str, t.Any], hosts: t.Sequence[str], task_vars: t.Mapping[str, t.Any],
                  parallel: int) -> tuple[dict[str, dict[str, t.Any]], dict[str, str]]:
     """(each host's result, why each host left out could not run here), the hosts run side by side, ``parallel`` at most."""
-    runs, left_out = {}, {}
+    runs, left_out, failures = {}, {}, {}
     hostvars = task_vars.get("hostvars") or {}
     for host in dict.fromkeys(hosts):
         if host not in hostvars:
             left_out[host] = "it is not in the inventory"
             continue
         run = HostRun(action, module, args, host, task_vars)
-        problem = run.problem()
+        try:
+            problem = run.problem()
+        except AnsibleError as exc:  # its variables (a template that fails): its own failure, as in a per-host task
+            failures[host] = {"failed": True, "changed": False, "msg": f"Cannot run {module} on host {host}: {exc}"}
+            continue
         if problem is None:
             runs[host] = run
         else:
@@ -129,4 +133,4 @@ def run_on_hosts(action: t.Any, module: str, args: t.Mapping[str, t.Any], hosts:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(parallel, len(runs)))) as pool:
             futures = {host: pool.submit(run.run) for host, run in runs.items()}
             results = {host: future.result() for host, future in futures.items()}
-    return results, left_out
+    return {host: failures.get(host) or results[host] for host in hosts if host in failures or host in results}, left_out

@@ -35,20 +35,27 @@ def task_results(results: t.Mapping[str, t.Any], name: str, host: str) -> list[d
 LAUNCH_TASK = "Start the job in its detached tmux session"
 # launch.yml's launch of a fleet from one task (fleet_run, run once): each container's result under its results
 FLEET_LAUNCH_TASK = "Launch the job in every container from one task, and prove it started"
+# prepare.yml's check of what the containers lack: from one task (fleet_run), else per host
+FLEET_PREPARE_TASK = "Find out from one task what every container lacks for the job"
+PREPARE_TASK = "Find out what the container lacks for the job"
+
+
+def module_results(results: t.Mapping[str, t.Any], fleet_task: str, task: str, host: str) -> list[dict[str, t.Any]]:
+    """Every result of a step on ``host``, in order: its per-host ``task``'s, and its result in the step's ``fleet_task``
+    (fleet_run, run once on one host for all: ``results`` by host)."""
+    found = []
+    for play in results.get("plays", []):
+        for each in play["tasks"]:
+            if each["name"] == task and host in each["hosts"]:
+                found.append(each["hosts"][host])
+            elif each["name"] == fleet_task:
+                found.extend(result["results"][host] for result in each["hosts"].values() if host in result.get("results", {}))
+    return found
 
 
 def launch_results(results: t.Mapping[str, t.Any], host: str) -> list[dict[str, t.Any]]:
-    """Every tmux_session result of launch.yml's launches on ``host``, in order: its per-host launch task's, and its
-    result in the launch of the fleet from one task."""
-    found = []
-    for play in results.get("plays", []):
-        for task in play["tasks"]:
-            if task["name"] == LAUNCH_TASK and host in task["hosts"]:
-                found.append(task["hosts"][host])
-            elif task["name"] == FLEET_LAUNCH_TASK:
-                found.extend(result["results"][host] for result in task["hosts"].values() if host in result.get("results", {}))
-    return found
-PROOF_HANDLER = "Wait for the job's log to prove it started"
+    """Every tmux_session result of launch.yml's launches on ``host``, in order (from one task, or per host)."""
+    return module_results(results, FLEET_LAUNCH_TASK, LAUNCH_TASK, host)
 
 
 def launch_proof(results: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any] | None:
