@@ -33,6 +33,7 @@ def task_results(results: t.Mapping[str, t.Any], name: str, host: str) -> list[d
 
 # launch.yml's launch task, and the handler that proves the start of an all-or-nothing or multi-node launch
 LAUNCH_TASK = "Start the job in its detached tmux session"
+PROOF_HANDLER = "Wait for the job's log to prove it started"
 # launch.yml's launch of a fleet from one task (fleet_run, run once): each container's result under its results
 FLEET_LAUNCH_TASK = "Launch the job in every container from one task, and prove it started"
 # prepare.yml's check of what the containers lack: from one task (fleet_run), else per host
