@@ -43,6 +43,7 @@ attributes:
     details:
       - As idempotent as the module it runs; RV(changed) is true when the module changed any host.
   action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details:
       - Everything runs from the action plugin on the controller; the module's code runs on each container.

@@ -10,21 +10,26 @@ the pct connection's message, the other hosts are left out with their reason and
 launch and proof is one ``pct exec`` (a counting wrapper of the stand-in's pct). Run again: nothing changes, no second
 job. Check mode starts nothing. Wrong options of fleet_run name the option; wrong options of the module fail each host's
 result with the module's message and start nothing. A per-host task of tmux_session_info then sees the sessions.
+launch.yml launches a mixed fleet (the containers from one task, localhost per host), and the junit_launch callback
+reports a fleet_run task as a test case per container.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import typing as t
+import xml.etree.ElementTree as ET
 import uuid
 from pathlib import Path
 
 import pytest
 
 from .conftest import STANDIN_PCT, StandinNode
-from .playbook_results import FLEET_LAUNCH_TASK, LAUNCH_TASK, PlayRun, container_host, results_by_host, run_playbook, run_tasks, summary_lines
+from .playbook_results import (FLEET_LAUNCH_TASK, LAUNCH_TASK, PlayRun, ansible_playbook, container_host, results_by_host, run_playbook, run_tasks,
+                               summary_lines)
 
 pytestmark = pytest.mark.integration
 
@@ -150,8 +155,8 @@ def test_wrong_options(fleet: tuple[int, ...], standin: StandinNode, tmp_path: P
     assert played.proc.returncode != 0 and calls == []
     assert "module" in played.result(TASK, "ct296")["msg"], played.result(TASK, "ct296")
     session = f"frw-{uuid.uuid4().hex[:6]}"
-    played, calls = run(tmp_path / "args", [fleet_task("tmux_session", {"session_name": session, "command": "true", "argv": ["true"],
-                                                                          "log_path": f"/w/{session}.log"})])
+    both = {"session_name": session, "command": "true", "argv": ["true"], "log_path": f"/w/{session}.log"}
+    played, calls = run(tmp_path / "args", [fleet_task("tmux_session", both)])
     result = fleet_result(played)
     assert result["ok_hosts"] == [] and calls == [], (result, calls)
     assert all("mutually exclusive: command|argv" in result["results"][f"ct{vmid}"]["msg"] for vmid in fleet), result
@@ -174,7 +179,8 @@ def test_launch_yml_launches_a_fleet_from_one_task(fleet: tuple[int, ...], stand
         assert proc.returncode == 2, proc.stdout[-5000:]
         one = results_by_host(results, FLEET_LAUNCH_TASK)["ct296"]
         assert one["ok_hosts"] == ["ct297"] and one["failed_hosts"] == ["ct296"] and list(one["left_out"]) == ["localhost"], one
-        assert list(results_by_host(results, LAUNCH_TASK)) == ["localhost"]  # the per-host launch: only the host left out
+        per_host = [host for host, result in results_by_host(results, LAUNCH_TASK).items() if result["status"] != "skipped"]
+        assert per_host == ["localhost"], per_host  # the per-host launch: only the host left out
         lines = summary_lines(results)
         assert lines[0] == f"{session}: 2 of 3 containers run, failed: ct296", lines
         assert "ct296 (CT 296 on localhost): failed: Job did not start" in lines[1] and "exit status 3" in lines[1], lines
@@ -189,3 +195,28 @@ def test_launch_yml_launches_a_fleet_from_one_task(fleet: tuple[int, ...], stand
         assert "changed=0" in again.stdout.split("PLAY RECAP")[-1]
     finally:
         subprocess.run(["tmux", "kill-session", "-t", f"={session}"], check=False, capture_output=True)
+
+
+def test_junit_report_has_a_case_per_container(fleet: tuple[int, ...], standin: StandinNode, tmp_path: Path) -> None:
+    """The junit_launch callback reports a fleet_run task as a test case per container: passed, failed, skipped (left out)."""
+    session = f"frj-{uuid.uuid4().hex[:6]}"
+    standin.sh(fleet[0], f"touch /w/{session}.dies")
+    folder = tmp_path / "junit"
+    folder.mkdir()
+    inventory, _calls = hosts(folder)
+    (folder / "inventory.json").write_text(json.dumps({"all": {"hosts": inventory}}), encoding="utf-8")
+    command = f"if [ -e /w/{session}.dies ]; then echo boom; exit 3; fi; echo step 1; sleep 300"
+    play = [{"hosts": "all", "gather_facts": False, "tasks": [fleet_task("tmux_session", launch_args(session, command))]}]
+    (folder / "play.yml").write_text(json.dumps(play), encoding="utf-8")
+    env = dict(os.environ, ANSIBLE_CALLBACKS_ENABLED="trainops.pct_launch.junit_launch", JUNIT_OUTPUT_DIR=str(folder / "junit"),
+               ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([ansible_playbook(), "-i", str(folder / "inventory.json"), str(folder / "play.yml")], capture_output=True,
+                          text=True, env=env, timeout=300, stdin=subprocess.DEVNULL, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (report,) = (folder / "junit").glob("*.xml")
+    cases = {case.get("name", "").split("]")[0].lstrip("["): case for case in ET.parse(report).getroot().iter("testcase")}
+    assert set(cases) == {"ct296", "ct297", "ct298", "ct-unknown-python", "localhost"}, sorted(cases)
+    failure = cases["ct296"].find("failure")
+    assert failure is not None and "exit status 3" in str(failure.get("message")), ET.tostring(cases["ct296"])
+    assert cases["ct297"].find("failure") is None and cases["ct297"].find("skipped") is None
+    assert cases["ct298"].find("error") is not None and cases["localhost"].find("skipped") is not None
