@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import traceback
 import typing as t
 
 from ansible import constants as C
@@ -67,7 +68,8 @@ class HostRun:
         self.action, self.module, self.host = action, module, host
         own = task_vars["hostvars"].raw_get(host)  # as a worker gets them: templated where used, with hostvars at hand
         play_context = copy.copy(action._play_context)  # pylint: disable=protected-access
-        play_context.remote_addr = own.get("ansible_host") or host  # whom the connection's -vvv lines name, as in a per-host task
+        address = own.get("ansible_host")  # whom the connection's -vvv lines name, as in a per-host task (not templated here)
+        play_context.remote_addr = address if isinstance(address, str) and address and "{" not in address else host
         self.connection = connection_loader.get(CONNECTION, play_context)
         names = [*HOST_VARIABLES, *connection_variables(self.connection)]
         self.task_vars = host_variables(task_vars, own, names)
@@ -103,6 +105,9 @@ class HostRun:
             return {"unreachable": True, "failed": True, "changed": False, "msg": str(exc)}
         except AnsibleError as exc:
             return {"failed": True, "changed": False, "msg": str(exc)}
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # one host's failure must not end the others' runs
+            return {"failed": True, "changed": False, "exception": traceback.format_exc(),
+                    "msg": f"Unexpected failure of {self.module} on host {self.host}: {type(exc).__name__}: {exc}"}
         finally:
             self.connection.close()
         result.setdefault("changed", False)
