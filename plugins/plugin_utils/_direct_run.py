@@ -13,6 +13,7 @@ without ``ansible.module_utils.basic``. Otherwise ``attempt`` returns None and t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -55,16 +56,22 @@ def plain(value: t.Any) -> t.Any:
     return json.loads(json.dumps(value, default=str))
 
 
+@functools.lru_cache(maxsize=None)
+def _code(entry: str) -> tuple[dict[str, str], dict[str, str], str]:
+    """(the sources of ``entry``, their SHA-256 digests, the boot program), read once per controller process."""
+    texts = sources(entry)
+    digests = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in texts.items()}
+    return texts, digests, (MODULE_UTILS / f"{BOOT}.py").read_text(encoding="utf-8")
+
+
 def program(entry: str, params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> bytes:
     """The boot program's source and the line that calls it with the payload: what the target's Python reads.
 
     The payload holds each source's SHA-256 digest, by which the target keeps its compiled code (``_direct_boot.CodeCache``).
     """
-    texts = sources(entry)
-    digests = {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in texts.items()}
+    texts, digests, boot = _code(entry)
     payload = json.dumps({"sources": texts, "digests": digests, "entry": entry, "params": plain(dict(params)),
                           "check_mode": check_mode, "diff": diff})
-    boot = (MODULE_UTILS / f"{BOOT}.py").read_text(encoding="utf-8")
     return f"{boot}\nmain({payload!r})\n".encode("utf-8")
 
 
