@@ -318,7 +318,7 @@ CONTROLLER_ACTIONS = {"assert", "debug", "set_fact", "include_vars", "fail", "me
 # The kinds of the module tasks that have one of their own.
 MODULE_KINDS = {"gather_facts": "fact gathering via the pct connection", "setup": "fact gathering via the pct connection",
                 "tmux_session": "launch: tmux_session", "wait_for_log": "proof: wait_for_log",
-                "fleet_run": "launch + proof of every host: fleet_run (run once)"}
+                "fleet_run": "a module in every host from one task: fleet_run (run once)"}
 
 
 def task_kind(action: str, status_: str, delegated: bool, host: str = "") -> str:
