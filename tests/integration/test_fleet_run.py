@@ -87,6 +87,12 @@ def launch_args(session: str, command: str, **more: t.Any) -> dict[str, t.Any]:
             "wait": {"pattern": r"^step \d+", "timeout": 30}, **more}
 
 
+def dies_in(standin: StandinNode, vmid: int, session: str, folder: str = "/w") -> str:
+    """A job's command that exits 3 in container ``vmid`` (a marker file there) and prints its step line elsewhere."""
+    standin.sh(vmid, f"touch {folder}/{session}.dies")
+    return f"if [ -e {folder}/{session}.dies ]; then echo boom; exit 3; fi; echo step 1; sleep 300"
+
+
 def fleet_result(played: PlayRun) -> dict[str, t.Any]:
     """fleet_run's result (it ran once, on the first host)."""
     assert played.proc.returncode == 0, played.proc.stdout[-4000:] + played.proc.stderr[-2000:]
@@ -140,8 +146,7 @@ def test_check_mode_starts_nothing(fleet: tuple[int, ...], standin: StandinNode,
 
 def test_a_job_that_dies_fails_its_host_only(fleet: tuple[int, ...], standin: StandinNode, tmp_path: Path) -> None:
     session = f"frd-{uuid.uuid4().hex[:6]}"
-    standin.sh(fleet[0], f"touch /w/{session}.dies")
-    command = f"if [ -e /w/{session}.dies ]; then echo boom; exit 3; fi; echo step 1; sleep 300"
+    command = dies_in(standin, fleet[0], session)
     played, _calls = run(tmp_path / "dies", [fleet_task("tmux_session", launch_args(session, command))], "--limit", "ct296,ct297")
     result = fleet_result(played)
     assert result["ok_hosts"] == ["ct297"] and result["failed_hosts"] == ["ct296"], result
@@ -166,14 +171,14 @@ def test_wrong_options(fleet: tuple[int, ...], standin: StandinNode, tmp_path: P
 def test_launch_yml_launches_a_fleet_from_one_task(fleet: tuple[int, ...], standin: StandinNode, tmp_path: Path) -> None:
     """launch.yml on the two containers and localhost: the containers from one task, localhost (left out) per host."""
     session = f"frl-{uuid.uuid4().hex[:6]}"
-    standin.sh(fleet[0], f"touch /tmp/{session}.dies")
+    command = dies_in(standin, fleet[0], session, "/tmp")
     folder = tmp_path / "launch"
     folder.mkdir()
     inventory, calls = hosts(folder)
     chosen = {f"ct{vmid}": inventory[f"ct{vmid}"] for vmid in fleet}
     chosen["localhost"] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     job = {"job_session_name": session, "job_log_path": f"/tmp/{session}.log", "job_prepare": False, "job_wait_pattern": r"^step \d+",
-           "job_command": f"if [ -e /tmp/{session}.dies ]; then echo boom; exit 3; fi; echo step 1; sleep 300"}
+           "job_command": command}
     try:
         proc, results = run_playbook(folder, "launch.yml", chosen, job)
         assert proc.returncode == 2, proc.stdout[-5000:]
@@ -200,12 +205,11 @@ def test_launch_yml_launches_a_fleet_from_one_task(fleet: tuple[int, ...], stand
 def test_junit_report_has_a_case_per_container(fleet: tuple[int, ...], standin: StandinNode, tmp_path: Path) -> None:
     """The junit_launch callback reports a fleet_run task as a test case per container: passed, failed, skipped (left out)."""
     session = f"frj-{uuid.uuid4().hex[:6]}"
-    standin.sh(fleet[0], f"touch /w/{session}.dies")
+    command = dies_in(standin, fleet[0], session)
     folder = tmp_path / "junit"
     folder.mkdir()
     inventory, _calls = hosts(folder)
     (folder / "inventory.json").write_text(json.dumps({"all": {"hosts": inventory}}), encoding="utf-8")
-    command = f"if [ -e /w/{session}.dies ]; then echo boom; exit 3; fi; echo step 1; sleep 300"
     play = [{"hosts": "all", "gather_facts": False, "tasks": [fleet_task("tmux_session", launch_args(session, command))]}]
     (folder / "play.yml").write_text(json.dumps(play), encoding="utf-8")
     env = dict(os.environ, ANSIBLE_CALLBACKS_ENABLED="trainops.pct_launch.junit_launch", JUNIT_OUTPUT_DIR=str(folder / "junit"),
