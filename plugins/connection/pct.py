@@ -316,6 +316,7 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command i
     parse_ssh_args,
     ssh_control_args,
     parse_vmid,
+    pct_exec_argv,
     printable,
     put_command,
     remote_environment,
@@ -331,6 +332,7 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors im
     not_run_error,
     pct_not_found_cause,
 )
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import NODE_ARGV, NodeBatch, SessionLost
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._ssh_master import ensure_master
 
 display = Display()
@@ -359,6 +361,7 @@ class Connection(ConnectionBase):
         super().__init__(*args, **kwargs)
         self._target: PctTarget | None = None
         self._env: dict[str, str] = {}
+        self._node_batch: NodeBatch | None = None
 
     def _make_target(self) -> PctTarget:
         """Read and check the options; raises AnsibleError naming the host variable."""
@@ -461,10 +464,43 @@ class Connection(ConnectionBase):
             raise AnsibleError(
                 failure_message("Cannot escalate privileges in", self.target, "become with a password needs a terminal, which this connection never allocates")
             )
+        command = shell_command(to_text(cmd, errors="surrogate_or_strict"))
         stdin: _Stream = subprocess.DEVNULL if in_data is None else subprocess.PIPE
-        rc, out, err = self._run(shell_command(to_text(cmd, errors="surrogate_or_strict")), stdin, subprocess.PIPE, in_data)
+        if self._node_batch is not None and self.target.is_remote:
+            rc, out, err = self._batched(command, in_data, stdin)
+        else:
+            rc, out, err = self._run(command, stdin, subprocess.PIPE, in_data)
         self._raise_if_not_run("Cannot run a command in", rc, err)
         return rc, out, err
+
+    def node_batch_argv(self) -> list[str] | None:
+        """What runs the node's Python for a batch of pct calls (``_node_batch.py``); None on the controller's own node."""
+        return node_command_argv(self.target, NODE_ARGV, self._env) if self.target.is_remote else None
+
+    def use_node_batch(self, batch: NodeBatch | None) -> None:
+        """Send this connection's commands with the other containers' of its node in ``batch`` (``fleet_run``), or not (None)."""
+        self._node_batch = batch
+
+    def _batched(self, command: list[str], in_data: bytes | None, stdin: _Stream) -> tuple[int, bytes, bytes]:
+        """The answer of ``command``'s pct call sent with the other calls of its node (its node batch), else run alone."""
+        argv = pct_exec_argv(self.target, command)
+        alone: list[bool] = []
+
+        def by_itself() -> tuple[int, bytes, bytes]:
+            alone.append(True)
+            return self._run(command, stdin, subprocess.PIPE, in_data)
+
+        ensure_master(self.target)
+        try:
+            answer = self._node_batch.answer(argv, in_data, by_itself)  # type: ignore[union-attr]  # the caller checked it
+        except SessionLost as exc:
+            what = "Cannot run a command in"
+            raise not_run_error(what, self.target, exc.rc, exc.stderr) or AnsibleConnectionFailure(
+                failure_message(what, self.target, exc.cause())) from exc
+        if not alone:
+            display.vvv(f"EXEC {printable(argv)} (in a batch of node {self.target.node}'s pct calls, from one ssh session)",
+                        host=self._play_context.remote_addr)
+        return answer
 
     def put_file(self, in_path: str, out_path: str) -> None:
         """Stream ``in_path`` on the controller to ``out_path`` in the container."""

@@ -22,6 +22,10 @@ description:
     ...), so each host costs what it costs in a per-host task - one C(pct exec) for a direct run, and for
     M(trainops.pct_launch.tmux_session) with O(trainops.pct_launch.tmux_session#module:wait) the launch and its proof -
     and the same result, without a worker of its own. Containers of one node share the node's ssh connection.
+  - The C(pct exec) calls that the containers of one remote node make at the same moment go to the node from B(one) ssh
+    session instead of one session each. The node's C(python3) starts them all at once and hands each container its
+    answer as soon as its call ends. The calls, their results and their errors stay each container's own. A node
+    without C(python3) gets each call in a session of its own, as before.
   - Run it with C(run_once=true). The options in O(args) are templated once, with the variables of the host the task
     runs on, and are the same for every host; only the connection is each host's own.
   - A host it cannot run this way is left out and named in RV(left_out) with the reason; run the module there with a

@@ -9,7 +9,8 @@ plugin of the module for every host in threads of the one worker of a ``run_once
 would give it: its own ``trainops.pct_launch.pct`` connection, its options set from that host's variables (its
 ``pct_vmid``, its node and how to reach it), and task variables that name that host. The options of the module are
 the task's, the same for every host. Containers of one node share the node's ssh connection (ControlPersist), as
-per-host tasks do.
+per-host tasks do, and the pct calls they make at the same moment go to the node from one ssh session
+(``_node_batch.py``): one per node and step instead of one per container.
 
 Only hosts of the pct connection run here, and only where the module can run as a direct run (pipelining on, the
 container's Python known: ``plugin_utils/_direct_run.py``); ``host_problem`` says why another host cannot, and that
@@ -28,6 +29,7 @@ from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.loader import action_loader, connection_loader
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import NodeBatch
 
 CONNECTION = "trainops.pct_launch.pct"
 # Variables that are a host's own: taken from that host's variables, never from those of the host the task runs on.
@@ -77,6 +79,8 @@ class HostRun:
         self.task.args = dict(args)
         self.task.action = f"trainops.pct_launch.{module}"
         self.plugin: t.Any = None
+        self.batch: NodeBatch | None = None
+        self.joined = False
 
     def problem(self) -> str | None:
         """Why this host must be left to a per-host task, or None when it can run here (its plugin is then made)."""
@@ -97,8 +101,24 @@ class HostRun:
             return "pipelining is off for it"
         return None
 
+    def node_key(self) -> tuple[str, ...] | None:
+        """What reaches this host's node for a batch of its containers' pct calls; None when it is the controller's own."""
+        try:
+            argv = self.connection.node_batch_argv()
+        except AnsibleError:  # its options are wrong: its own run says so
+            return None
+        return None if argv is None else tuple(argv)
+
+    def join(self, batch: NodeBatch) -> None:
+        """Send this host's pct calls in its node's batch; it is waited for from now on."""
+        self.batch, self.joined = batch, True
+        batch.join()
+        self.connection.use_node_batch(batch)
+
     def run(self) -> dict[str, t.Any]:
         """The module's result on this host, as its per-host task would register it (unreachable included)."""
+        if self.batch is not None and not self.joined:
+            self.join(self.batch)
         try:
             result = dict(self.plugin.run(task_vars=self.task_vars))
         except AnsibleConnectionFailure as exc:
@@ -110,8 +130,30 @@ class HostRun:
                     "msg": f"Unexpected failure of {self.module} on host {self.host}: {type(exc).__name__}: {exc}"}
         finally:
             self.connection.close()
+            if self.batch is not None:
+                self.batch.leave()
         result.setdefault("changed", False)
         return result
+
+
+def share_nodes(runs: t.Sequence[HostRun], starting: int) -> None:
+    """One batch per remote node with more than one host; the first ``starting`` runs (they start at once) join it now.
+
+    The others join when their thread starts, so that no call waits for a host whose run has not started.
+    """
+    groups: dict[tuple[str, ...], list[HostRun]] = {}
+    for run in runs:
+        key = run.node_key()
+        if key is not None:
+            groups.setdefault(key, []).append(run)
+    for key, members in groups.items():
+        if len(members) > 1:
+            batch = NodeBatch(key)
+            for run in members:
+                run.batch = batch
+    for run in runs[:starting]:
+        if run.batch is not None:
+            run.join(run.batch)
 
 
 def run_on_hosts(action: t.Any, module: str, args: t.Mapping[str, t.Any], hosts: t.Sequence[str], task_vars: t.Mapping[str, t.Any],
@@ -135,6 +177,7 @@ def run_on_hosts(action: t.Any, module: str, args: t.Mapping[str, t.Any], hosts:
             left_out[host] = problem
     results: dict[str, dict[str, t.Any]] = {}
     if runs:
+        share_nodes(list(runs.values()), max(1, min(parallel, len(runs))))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(parallel, len(runs)))) as pool:
             futures = {host: pool.submit(run.run) for host, run in runs.items()}
             results = {host: future.result() for host, future in futures.items()}

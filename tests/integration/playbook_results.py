@@ -127,6 +127,21 @@ def exec_calls(stdout: str, host: str) -> dict[str, int]:
     return counts
 
 
+def node_batches(stdout: str) -> dict[str, list[int]]:
+    """The batches of pct calls sent to a node from one ssh session (``NODE BATCH of N pct calls`` lines of a ``-vvv`` run)
+    per task name: the number of calls of each."""
+    found: dict[str, list[int]] = {}
+    task = ""
+    for line in stdout.splitlines():
+        header = re.match(r"^(?:TASK|RUNNING HANDLER) \[(?:[^\]]* : )?(.*)\] \**$", line)
+        if header:
+            task = header.group(1)
+        batch = re.match(r"^NODE BATCH of ([0-9]+) pct calls from one ssh session: ", line)
+        if batch:
+            found.setdefault(task, []).append(int(batch.group(1)))
+    return found
+
+
 CALLBACKS = Path(__file__).resolve().parent / "files" / "playbooks" / "callback_plugins"
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 PYTHON_IN_TARGET = "/usr/bin/python3"

@@ -47,7 +47,7 @@ import yaml
 
 from .conftest import REPO, require_standin
 from .playbook_results import (FLEET_LAUNCH_TASK, FLEET_PREPARE_TASK, PREPARE_TASK, exec_calls, launch_proof, launch_results, module_results,
-                               results_by_host, summary_lines)
+                               node_batches, results_by_host, summary_lines)
 
 pytestmark = pytest.mark.integration
 
@@ -469,6 +469,9 @@ def test_eight_containers_on_two_nodes(fleet: Fleet) -> None:
         assert host not in run.task(HANDLER), "a launch that is no fleet-wide wait is proven in its own task"
         assert f"{host} (CT {vmid} on {node}): started" in run.summary(), run.summary()
         assert run.results["stats"][host]["failures"] == 0, run.output
+    # Each node's 4 containers: their prepare_info calls, then their launches, went to the node from one ssh session.
+    batches = node_batches(run.proc.stdout)
+    assert batches.get(FLEET_PREPARE_TASK) == [4, 4] and batches.get(FLEET_LAUNCH_TASK, [])[:2] == [4, 4], batches
     counts = check_launch_calls(run)
     print(f"pct calls of launch + proof per container: {counts}; all pct calls per container: "
           f"{ {vmid: run.pct_calls(vmid) for vmid in FLEET} }")
