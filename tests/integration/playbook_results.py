@@ -70,7 +70,7 @@ def launch_proof(results: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any] 
 
 
 # launch.yml's summary of the fleet and report of the job (tasks/fleet_summary.yml, imported twice: one of the
-# two imports runs, the other is skipped); the report is one task run once, looping over the containers where the job runs
+# two imports runs, the other is skipped); the report is one task run once, a line per container where the job runs
 SUMMARY_TASK = "Summarize the launch per container"
 REPORT_TASK = "Report the job"
 
@@ -84,16 +84,16 @@ def summary_lines(results: t.Mapping[str, t.Any]) -> list[str]:
 
 
 def report_msg(results: t.Mapping[str, t.Any], host: str) -> str | None:
-    """The last report of the job on ``host`` ("Report the job": an item of launch.yml's loop, or a task's own
-    result on ``host``); None when there is none (the job does not run there)."""
+    """The last report of the job on ``host`` ("Report the job": launch.yml's one task, whose msg is a line per host
+    where the job runs, or a task's own result on ``host``); None when there is none (the job does not run there)."""
     found: list[str] = []
     for play in results.get("plays", []):
         for task in play["tasks"]:
             if task["name"] != REPORT_TASK:
                 continue
             for where, result in task["hosts"].items():
-                if isinstance(result.get("results"), list):
-                    found.extend(str(item["msg"]) for item in result["results"] if item.get("item") == host and "msg" in item)
+                if isinstance(result.get("msg"), dict):
+                    found.extend(str(line) for name, line in result["msg"].items() if name == host)
                 elif where == host and "msg" in result:
                     found.append(str(result["msg"]))
     return found[-1] if found else None
