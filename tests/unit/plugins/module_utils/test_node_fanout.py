@@ -53,7 +53,33 @@ def test_the_commands_run_side_by_side_and_each_answers_when_it_ends(tmp_path: t
     ], [])
     by_index = {answer["index"]: decoded(answer) for answer in answers}
     assert by_index == {0: (0, b"through\n", b""), 1: (0, b"fast\n", b"")}
-    assert answers[0]["index"] == 1  # printed when it ended, not in the batch's order
+
+
+class Unblocking(io.StringIO):
+    """The output stream: once entry 1's answer is printed, it writes a line into the fifo entry 0 waits on."""
+
+    def __init__(self, fifo: t.Any) -> None:
+        super().__init__()
+        self.fifo = fifo
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if json.loads(text)["index"] == 1:
+            with open(self.fifo, "w", encoding="ascii") as handle:
+                handle.write("after 1\n")
+        return written
+
+
+def test_each_answer_is_printed_when_its_command_ends(tmp_path: t.Any) -> None:
+    # Entry 0 ends only after entry 1's answer is printed: printed in the batch's order, entry 0 would time out.
+    fifo = tmp_path / "fifo"
+    subprocess.run(["mkfifo", str(fifo)], check=True)
+    out = Unblocking(fifo)
+    batch = {"inputs": [], "entries": [{"argv": ["timeout", "20", "cat", str(fifo)], "input": None}, {"argv": ["true"], "input": None}]}
+    assert _node_fanout.main(batch, out) == 0
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [answer["index"] for answer in answers] == [1, 0]
+    assert decoded(answers[1]) == (0, b"after 1\n", b"")
 
 
 def test_hostile_arguments_reach_the_command_as_they_are() -> None:
