@@ -109,16 +109,17 @@ class HostRun:
             return None
         return None if argv is None else tuple(argv)
 
-    def join(self, batch: NodeBatch) -> None:
-        """Send this host's pct calls in its node's batch; it is waited for from now on."""
-        self.batch, self.joined = batch, True
-        batch.join()
-        self.connection.use_node_batch(batch)
+    def join(self) -> None:
+        """Send this host's pct calls in its node's batch (``batch``); it is waited for from now on."""
+        if self.batch is None or self.joined:
+            return
+        self.joined = True
+        self.batch.join()
+        self.connection.use_node_batch(self.batch)
 
     def run(self) -> dict[str, t.Any]:
         """The module's result on this host, as its per-host task would register it (unreachable included)."""
-        if self.batch is not None and not self.joined:
-            self.join(self.batch)
+        self.join()
         try:
             result = dict(self.plugin.run(task_vars=self.task_vars))
         except AnsibleConnectionFailure as exc:
@@ -152,8 +153,7 @@ def share_nodes(runs: t.Sequence[HostRun], starting: int) -> None:
             for run in members:
                 run.batch = batch
     for run in runs[:starting]:
-        if run.batch is not None:
-            run.join(run.batch)
+        run.join()
 
 
 def run_on_hosts(action: t.Any, module: str, args: t.Mapping[str, t.Any], hosts: t.Sequence[str], task_vars: t.Mapping[str, t.Any],

@@ -76,7 +76,7 @@ def program(calls: t.Sequence[Call]) -> bytes:
     for call in calls:
         which = None if call.data is None else inputs.setdefault(call.data, len(inputs))
         entries.append({"argv": list(call.argv), "input": which})
-    batch = {"inputs": [base64.b64encode(data).decode("ascii") for data in inputs], "entries": entries}
+    batch = {"inputs": [_node_fanout.encode(data) for data in inputs], "entries": entries}
     with open(_node_fanout.__file__, "rb") as handle:
         source = handle.read()
     return source + b"\nsys.exit(main(json.loads(" + repr(json.dumps(batch)).encode("ascii") + b")))\n"
