@@ -173,9 +173,10 @@ def test_node_sh_concurrent_up_and_down_leave_nothing_behind() -> None:
     session = subprocess.Popen(["ssh", "-F", str(NODES_BASE / "client" / "ssh_config"), "-T", "pve-l", "sleep 3600.8"],  # pylint: disable=consider-using-with
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _try in range(100):
-            if any("sleep 3600.8" in proc for proc in processes_seeing(roots["pve-l"])):
-                break
+        # Until the session's command runs on the node (a deadline, not a count of tries: a scan of /proc takes its
+        # own time on a busy machine, and CI once saw the command appear just after 100 tries).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("sleep 3600.8" in proc for proc in processes_seeing(roots["pve-l"])):
             time.sleep(0.1)
         assert any("sleep 3600.8" in proc for proc in processes_seeing(roots["pve-l"])), processes_seeing(roots["pve-l"])
         node_sh_concurrently("down", NODES)
