@@ -22,6 +22,8 @@
 # fragments and records the version and date) is a maintainer's step at
 # release time, committed with the version bump; CI never does it.
 set -euo pipefail
+# a failing release preview inside $(preview ...) must fail the script, not print a stale path
+shopt -s inherit_errexit
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=tools/env.sh

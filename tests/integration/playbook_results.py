@@ -34,29 +34,13 @@ def task_results(results: t.Mapping[str, t.Any], name: str, host: str) -> list[d
 # launch.yml's launch task, and the handler that proves the start of an all-or-nothing or multi-node launch
 LAUNCH_TASK = "Start the job in its detached tmux session"
 PROOF_HANDLER = "Wait for the job's log to prove it started"
-# launch.yml's launch of a fleet from one task (fleet_run, run once): each container's result under its results
-FLEET_LAUNCH_TASK = "Launch the job in every container from one task, and prove it started"
-# prepare.yml's check of what the containers lack: from one task (fleet_run), else per host
-FLEET_PREPARE_TASK = "Find out from one task what every container lacks for the job"
+# prepare.yml's check of what the containers lack
 PREPARE_TASK = "Find out what the container lacks for the job"
 
 
-def module_results(results: t.Mapping[str, t.Any], fleet_task: str, task: str, host: str) -> list[dict[str, t.Any]]:
-    """Every result of a step on ``host``, in order: its per-host ``task``'s, and its result in the step's ``fleet_task``
-    (fleet_run, run once on one host for all: ``results`` by host)."""
-    found = []
-    for play in results.get("plays", []):
-        for each in play["tasks"]:
-            if each["name"] == task and host in each["hosts"]:
-                found.append(each["hosts"][host])
-            elif each["name"] == fleet_task:
-                found.extend(result["results"][host] for result in each["hosts"].values() if host in result.get("results", {}))
-    return found
-
-
 def launch_results(results: t.Mapping[str, t.Any], host: str) -> list[dict[str, t.Any]]:
-    """Every tmux_session result of launch.yml's launches on ``host``, in order (from one task, or per host)."""
-    return module_results(results, FLEET_LAUNCH_TASK, LAUNCH_TASK, host)
+    """Every tmux_session result of launch.yml's launches on ``host``, in order."""
+    return task_results(results, LAUNCH_TASK, host)
 
 
 def launch_proof(results: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any] | None:
@@ -69,8 +53,8 @@ def launch_proof(results: t.Mapping[str, t.Any], host: str) -> dict[str, t.Any] 
     return handlers[-1] if handlers else None
 
 
-# launch.yml's summary of the fleet and report of the job (tasks/fleet_summary.yml, imported twice: one of the
-# two imports runs, the other is skipped); the report is one task run once, a line per container where the job runs
+# launch.yml's summary of the fleet and report of the job: each one task run once, the report a line per container
+# where the job runs
 SUMMARY_TASK = "Summarize the launch per container"
 REPORT_TASK = "Report the job"
 
@@ -125,21 +109,6 @@ def exec_calls(stdout: str, host: str) -> dict[str, int]:
         elif line.startswith(f"<{host}> EXEC "):
             counts[task] = counts.get(task, 0) + 1
     return counts
-
-
-def node_batches(stdout: str) -> dict[str, list[int]]:
-    """The batches of pct calls sent to a node from one ssh session (``NODE BATCH of N pct calls`` lines of a ``-vvv`` run)
-    per task name: the number of calls of each."""
-    found: dict[str, list[int]] = {}
-    task = ""
-    for line in stdout.splitlines():
-        header = re.match(r"^(?:TASK|RUNNING HANDLER) \[(?:[^\]]* : )?(.*)\] \**$", line)
-        if header:
-            task = header.group(1)
-        batch = re.match(r"^NODE BATCH of ([0-9]+) pct calls from one ssh session: ", line)
-        if batch:
-            found.setdefault(task, []).append(int(batch.group(1)))
-    return found
 
 
 CALLBACKS = Path(__file__).resolve().parent / "files" / "playbooks" / "callback_plugins"

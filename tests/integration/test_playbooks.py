@@ -233,10 +233,9 @@ def test_rerun_changes_nothing(containers: Containers, ct: int, running: Run) ->
     # prepared already: one module run found nothing to do, so no role ran (issue: launch at the floor)
     prepared = again.result("Find out what the container lacks for the job", host)
     assert prepared["status"] == "ok" and prepared["prepared"] is True and prepared["needs"] == [], prepared
-    # nothing to do: no container is noted as lacking something, so the play that does it has no host (no role run)
-    assert again.result("Note the containers that lack something", host)["status"] == "skipped"
+    # nothing to do: every task that does something is skipped (no role run)
     for task in ("Install tmux in the container", "Create the job's venv and install its requirements", "Create the job's working directory"):
-        assert not task_results(again.results, task, host), task
+        assert [result["status"] for result in task_results(again.results, task, host)] == ["skipped"], task
     assert healthy_prepare_needs(running, host), "the first launch found the fresh container lacking everything"
 
 
@@ -375,8 +374,7 @@ def test_launch_by_fqcn(containers: Containers, ct: int, healthy: Run) -> None:
     # playbook_dir resolves in the collection: prepare_info found the source of job_files there (its checksum is the one
     # the container's copy has, so nothing is copied again); an unresolved source would be reported as a file to copy
     assert run.result("Find out what the container lacks for the job", host)["files_to_copy"] == []
-    assert run.result("Note the containers that lack something", host)["status"] == "skipped"
-    assert not task_results(run.results, "Copy the job's files into the container", host)
+    assert [r["status"] for r in task_results(run.results, "Copy the job's files into the container", host)] == ["skipped"]
     assert containers.read(ct, "/workspace/fqcn.log").decode().startswith(f"{HEADER}session=fqcn ")
 
 
@@ -410,7 +408,7 @@ def test_preflight_stopped_container(containers: Containers, stopped_ct: int) ->
     assert failed["status"] == "unreachable", failed
     assert f"container {vmid}" in failed["msg"] and "the container is not running; start it with" in failed["msg"], failed["msg"]
     assert f"pct start {vmid}" in failed["msg"] and f"pct start {vmid}" in run.proc.stdout
-    assert run.hosts_of_play("Launch the job and prove it started") == set()
+    assert run.hosts_of_play("Launch the job in the containers and prove it started") == set()
     tasks = [task["name"] for play in run.results["plays"] for task in play["tasks"] if host in task["hosts"]]
     assert tasks[-1] == "Find out what the container lacks for the job", tasks
     assert run.result("Ask the node which processes hold the GPUs the container can open", host)["container_checked"] is False
@@ -430,6 +428,4 @@ def test_preflight_incomplete_job(containers: Containers, stopped_ct: int, tmp_p
     assert "job_log_path" in failed["msg"] and failed["msg"] in run.proc.stdout
     ran = [(task["name"], task["hosts"][host]["status"]) for play in run.results["plays"] for task in play["tasks"] if host in task["hosts"]]
     assert ran == [("Use community.proxmox's proxmox_vmid and proxmox_node as pct_vmid and pct_node", "skipped"),  # controller only
-                   ("Note the containers whose job description is incomplete", "ok"),
-                   ("Keep a container whose job description is complete in the next play", "skipped"),
                    ("Check that the job description is complete", "failed")], ran
