@@ -24,7 +24,6 @@ JOB_COMMAND = "python3 -u /bench/bench_job.py"
 DIE_COMMAND = "python3 -u /bench/bench_job.py --die-after 1"
 LAUNCH = "playbooks/launch.yml"
 LAUNCH_ONLY = "benchmarks/launch_only.yml"
-FLEET_LAUNCH = "benchmarks/fleet_launch.yml"
 MAIN = [(MAIN_VMID, MAIN_NODE)]
 
 
@@ -197,8 +196,8 @@ def calls_per_task(run: Run) -> dict[str, int]:
     A call's VMID (``pct exec VMID``) names its host ``ctVMID``; a host runs one task at a time, and the
     callback records a task's result after the task's last pct call, so a call belongs to the first task of
     its host whose result came at or after the call's start. A call of a host with no result after it belongs to
-    the task that was running when it started (a run_once task such as fleet_run works for every host from one
-    host's worker); calls before any task are ``(no task)``.
+    the task that was running when it started (a run_once or delegated task works for other hosts from one host's
+    worker); calls before any task are ``(no task)``.
     """
     actions: dict[tuple[str, str], str] = {}
     ends: dict[str, list[tuple[float, str]]] = {}
@@ -233,7 +232,7 @@ def launch_runs(ctx: Context, delay: float, whole: bool = True) -> dict[str, lis
     also an idempotent re-run (the job runs); at 0.5 s also a re-launch with the ssh masters open, and one without sharing.
     """
     ctx.set_delay(delay)
-    job, base, tag = job_vars(ctx, "bench", JOB_COMMAND), baseline_job("base"), f"delay {delay:g}"
+    job, base, tag = job_vars(ctx, "bench", JOB_COMMAND), baseline_job("base"), f"delay {ctx.delay_tag(delay)}"
     runs: dict[str, list[Run]] = {"baseline": [], "launch-only": []}
     # The comparison at delay 0 gets every repetition; at 0.5 s the difference is larger than the noise.
     repeat = ctx.repeat if delay == 0 else min(ctx.repeat, 2)
@@ -258,7 +257,7 @@ def launch_runs(ctx: Context, delay: float, whole: bool = True) -> dict[str, lis
             runs["launch.yml re-launch, no sharing"] = [
                 checked(ctx.playbook(f"launch.yml re-launch no sharing {tag}", LAUNCH, MAIN, NO_SHARE, job))]
     stop_sessions(ctx, "bench", MAIN)
-    ctx.facts[f"single {delay:g}"] = runs
+    ctx.facts[f"single {ctx.delay_tag(delay)}"] = runs
     return runs
 
 
@@ -292,9 +291,10 @@ def count_rows(runs: dict[str, list[Run]]) -> list[Row]:
     return rows
 
 
-def wall_rows(runs: dict[str, list[Run]], delay: float) -> list[Row]:
-    """Launch-to-verified wall time of each variant against the baseline, as ratios with the raw times."""
-    section = f"launch-to-verified wall time, stand-in delay {delay:g} s per pct call, CT 400 on pve-g over ssh"
+def wall_rows(runs: dict[str, list[Run]], delay: str) -> list[Row]:
+    """Launch-to-verified wall time of each variant against the baseline, as ratios with the raw times (delay: as
+    Context.delay_text gives it)."""
+    section = f"launch-to-verified wall time, stand-in delay {delay} per pct call, CT 400 on pve-g over ssh"
     reference = median([run.seconds for run in runs["baseline"]])
     rows = [Row(section, f"hand-written baseline_launch.sh (median of {len(runs['baseline'])}; cold: no ssh master)", seconds(reference),
                 raw_runs(runs["baseline"]))]
@@ -317,8 +317,7 @@ CONTROLLER_ACTIONS = {"assert", "debug", "set_fact", "include_vars", "fail", "me
 
 # The kinds of the module tasks that have one of their own.
 MODULE_KINDS = {"gather_facts": "fact gathering via the pct connection", "setup": "fact gathering via the pct connection",
-                "tmux_session": "launch: tmux_session", "wait_for_log": "proof: wait_for_log",
-                "fleet_run": "a module in every host from one task: fleet_run (run once)"}
+                "tmux_session": "launch: tmux_session", "wait_for_log": "proof: wait_for_log"}
 
 
 def task_kind(action: str, status_: str, delegated: bool, host: str = "") -> str:
@@ -354,8 +353,8 @@ def task_breakdown(run: Run) -> dict[str, tuple[float, int]]:
 
 def breakdown_rows(ctx: Context) -> list[Row]:
     """Where launch.yml's wall time goes on one container, re-launch as shipped, at delay 0 and 0.5 s; and launch_only.yml's."""
-    section = "where launch.yml's time goes (re-launch as shipped, one container): delay 0 / delay 0.5 s"
-    singles = [ctx.facts.get(f"single {delay:g}") for delay in (0.0, 0.5)]
+    section = f"where launch.yml's time goes (re-launch as shipped, one container): delay 0 / delay {ctx.delay_text(0.5)}"
+    singles = [ctx.facts.get(f"single {ctx.delay_tag(delay)}") for delay in (0.0, 0.5)]
     relaunches = [runs["launch.yml re-launch"][-1] for runs in singles if isinstance(runs, dict) and "launch.yml re-launch" in runs]
     rows = []
     if relaunches:
@@ -379,7 +378,7 @@ def breakdown_rows(ctx: Context) -> list[Row]:
 
 def first_launch_rows(ctx: Context) -> list[Row]:
     """A first launch into a container created just before (no tmux: apt installs it), delay 0.5 s, as shipped."""
-    section = "first launch into a fresh container (created just before: prepare.yml installs tmux with apt), delay 0.5 s"
+    section = f"first launch into a fresh container (created just before: prepare.yml installs tmux with apt), delay {ctx.delay_text(0.5)}"
     ctx.set_delay(0.5)
     hosts = [(FRESH_VMID, MAIN_NODE)]
     ctx.main.ssh(f"pct destroy {FRESH_VMID} --force >/dev/null 2>&1; pct create {FRESH_VMID} --hostname bench{FRESH_VMID} --start 1")
@@ -388,7 +387,7 @@ def first_launch_rows(ctx: Context) -> list[Row]:
     finally:
         ctx.main.ssh(f"pct destroy {FRESH_VMID} --force", check=False)
     ctx.facts["fresh"] = run
-    single = ctx.facts.get("single 0.5")
+    single = ctx.facts.get(f"single {ctx.delay_tag(0.5)}")
     baseline = median([r.seconds for r in single["baseline"]]) if isinstance(single, dict) and single.get("baseline") else 0.0
     times = "; ".join(f"{name} {spent:.1f} s" for name, spent in play_times(run).items())
     return [

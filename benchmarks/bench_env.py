@@ -7,7 +7,8 @@ Everything runs against two simulated Proxmox VE nodes of the stand-in (tools/pv
 400-415 on pve-g and 450-465 on pve-h. The containers are inventory hosts ``ctVMID`` reached through the
 connection plugin ``trainops.pct_launch.pct`` (``pct_vmid``, ``pct_node``): the collection's modules run on
 them, each pipelined module task one ``pct exec`` on the node. Each node's ``knobs.conf`` sets the
-stand-in's per-call ``delay`` and a ``call_log`` from which every run's pct calls are counted: whatever
+stand-in's per-call ``delay``, how a call spends it (``delay_mode``: slept, or burnt as CPU time as real
+pct does; ``Context.delay_mode``) and a ``call_log`` from which every run's pct calls are counted: whatever
 runs ``pct`` on a node, the pct connection included, appends a line there. Whatever node simulates them, the
 containers are LXC containers on this host: the controller reads their CPU from their cgroups (ContainerCpu).
 """
@@ -22,7 +23,6 @@ import resource
 import shlex
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -44,7 +44,9 @@ FRESH_VMID = 499
 ALL_VMIDS = [vmid for vmids in NODE_VMIDS.values() for vmid in vmids] + [FRESH_VMID]
 ANSIBLE_TIMEOUT = 900
 PARALLEL_LAUNCH = BENCH / "parallel_launch.sh"
-NODE_BATCH_PROBE = BENCH / "node_batch_probe.py"
+# How the stand-in's pct spends its per-call delay (its knob delay_mode): "sleep" waits, "cpu" burns that much CPU
+# time, as real pct's Perl start-up does, so that calls at the same moment compete for the cores.
+DELAY_MODES = ("sleep", "cpu")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The nodes' LXC path, the same inside every node's mount namespace; LXC's command socket answers lxc-info there
@@ -104,9 +106,9 @@ class Node:
             raise RuntimeError(f"on {self.name}: {command!r} exited {proc.returncode}: {proc.stderr.decode(errors='replace')}")
         return proc
 
-    def set_knobs(self, delay: float) -> None:
-        """Log every pct call and sleep ``delay`` seconds in each (read by every pct call)."""
-        text = f"call_log={NODE_STATE_MOUNT}/{CALL_LOG_NAME}\ndelay={delay:g}\n"
+    def set_knobs(self, delay: float, mode: str = "sleep") -> None:
+        """Log every pct call and spend ``delay`` seconds in each, slept or burnt as CPU (``mode``; read by every pct call)."""
+        text = f"call_log={NODE_STATE_MOUNT}/{CALL_LOG_NAME}\ndelay={delay:g}\ndelay_mode={mode}\n"
         (self.root / "knobs.conf").write_text(text, encoding="utf-8")
 
     def call_count(self) -> int:
@@ -337,6 +339,7 @@ class Context:
         self.facts: dict[str, object] = {}
         self.started = time.monotonic()
         self.deadline = float("inf")  # optional measurements are skipped when they would end after it
+        self.delay_mode = "sleep"  # how the stand-in's pct spends a delay set by set_delay (DELAY_MODES)
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
 
     def time_left(self) -> float:
@@ -349,9 +352,21 @@ class Context:
         return self.nodes[MAIN_NODE]
 
     def set_delay(self, delay: float) -> None:
-        """Set the stand-in's per-call delay on every node."""
+        """Set the stand-in's per-call delay on every node, spent as ``delay_mode`` says."""
         for node in self.nodes.values():
-            node.set_knobs(delay)
+            node.set_knobs(delay, self.delay_mode)
+
+    def burns(self, delay: float) -> bool:
+        """Whether a pct call burns ``delay`` as CPU time (a delay of 0 is the same in both modes)."""
+        return delay > 0 and self.delay_mode == "cpu"
+
+    def delay_text(self, delay: float) -> str:
+        """The delay for a table's section, as ``0.5 s`` or ``0.5 s of CPU (delay_mode cpu)``."""
+        return f"{delay:g} s" + (" of CPU (delay_mode cpu)" if self.burns(delay) else "")
+
+    def delay_tag(self, delay: float) -> str:
+        """The delay for a run's label and ctx.facts keys, as ``0.5`` or ``0.5 cpu``."""
+        return f"{delay:g}" + (" cpu" if self.burns(delay) else "")
 
     def persist_args(self) -> str:
         """ssh options that share one persistent connection per node (closed by close_masters)."""
@@ -482,13 +497,6 @@ class Context:
         argv = [str(BENCH / "baseline_launch.sh"), "-n", node, "-F", self.ssh_config, "-t", "60",
                 str(vmid), job["session"], job["log"], job["pattern"], "--", *shlex.split(job["command"])]
         return self.run(label, argv, vmids=[vmid])
-
-    def node_batch(self, label: str, hosts: Sequence[tuple[int, str]], job: dict[str, str], sample: bool = False) -> Run:
-        """Run benchmarks/node_batch_probe.py on the containers (a probe of one task per node): masters opened first."""
-        argv = [sys.executable, str(NODE_BATCH_PROBE), "-F", self.ssh_config, "-S", self.control_path, "-t", "60",
-                job["session"], job["log"], job["pattern_py"], job["chdir"], *(f"{node}:{vmid}" for vmid, node in hosts),
-                "--", *shlex.split(job["command"])]
-        return self.with_masters(label, argv, hosts, sample)
 
     def parallel(self, label: str, hosts: Sequence[tuple[int, str]], job: dict[str, str], sample: bool = False) -> Run:
         """Run benchmarks/parallel_launch.sh on the containers: masters opened first, one process per container."""

@@ -5,8 +5,8 @@
 The parallel launcher is benchmarks/parallel_launch.sh: baseline_launch.sh for every container at once
 (``xargs -P``), through one persistent ssh connection per node opened before the run. The playbooks run
 with forks 32 as shipped (the pct connection shares one ssh connection per node; each run starts with none
-open) and with the masters opened before the run; benchmarks/fleet_launch.yml launches and proves every
-container from one run_once task (``trainops.pct_launch.fleet_run``: one worker, a thread per host). Each run
+open) and with the masters opened before the run: each step is one ordinary per-host task, a worker per
+container. The stand-in's delay is slept, or burnt as CPU time (Context.delay_mode). Each run
 records the controller's CPU (user + system of the command, its descendants and the ssh masters), its peak
 memory (summed Pss of its process tree) and the CPU used inside its containers (the sum of their cgroup
 counters' increase during the run: Python modules, sh, tmux, the job's start).
@@ -17,12 +17,11 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from bench_cases import (FLEET_LAUNCH, LAUNCH, LAUNCH_ONLY, JOB_COMMAND, Row, baseline_job, calls_by_play, calls_by_task, changed_by_play,
+from bench_cases import (LAUNCH, LAUNCH_ONLY, JOB_COMMAND, Row, baseline_job, calls_by_play, calls_by_task, changed_by_play,
                          checked, fanout_hosts, job_vars, per_host, ratio, seconds, short_action, status, stop_sessions, task_kind)
 from bench_env import PERSIST, SHIPPED, Config, Context, Run
 
 FLEET_DELAY = 0.5
-FLEET_SECTION = f"the fleet: forks 32, containers split over pve-g and pve-h, delay {FLEET_DELAY:g} s"
 IDLE_SECONDS = 2.0
 
 
@@ -36,23 +35,15 @@ class Variant:
     config: Config | None
     warm: bool  # masters opened before the run
     every_count: bool = True  # else only at the largest count
-    probe: bool = False  # benchmarks/node_batch_probe.py: a probe of one task per node, not what ships
 
 
 PARALLEL = Variant("parallel", "hand-written parallel launcher (xargs -P, masters open)", "", None, True)
-NODE_BATCH = Variant("node batch", "probe of one task per node (node_batch_probe.py, not shipped: no Ansible), masters open", "", None, True,
-                     every_count=False, probe=True)
 FLEET = (
     PARALLEL,
     Variant("launch_only", f"launch_only.yml, {SHIPPED.name}", LAUNCH_ONLY, SHIPPED, False),
     Variant("launch_only persist", "launch_only.yml, as shipped, ssh masters open", LAUNCH_ONLY, PERSIST, True, every_count=False),
-    # The benchmark's inventory sets ansible_python_interpreter for every container (bench_env.Context.inventory), as
-    # fleet_run needs (a container's Python known), for every variant alike.
-    Variant("fleet_run", f"fleet_launch.yml: one run_once fleet_run task of tmux_session with wait, {SHIPPED.name} "
-            "(inventory: ansible_python_interpreter /usr/bin/python3, as for every variant)", FLEET_LAUNCH, SHIPPED, False),
     Variant("launch.yml", f"whole launch.yml, re-launch, {SHIPPED.name}", LAUNCH, SHIPPED, False),
     Variant("launch.yml persist", "whole launch.yml, re-launch, as shipped, ssh masters open", LAUNCH, PERSIST, True, every_count=False),
-    NODE_BATCH,
 )
 
 
@@ -60,9 +51,6 @@ def launch(ctx: Context, variant: Variant, count: int, tag: str) -> Run:
     """One launch of the fleet of COUNT containers (their sessions ended first), sampled."""
     hosts = fanout_hosts(count)
     label = f"{variant.key} {count} {tag}"
-    if variant.probe:
-        stop_sessions(ctx, "fleetb", hosts)
-        return checked(ctx.node_batch(label, hosts, baseline_job("fleetb"), sample=True))
     if not variant.playbook:
         stop_sessions(ctx, "fleetp", hosts)
         return checked(ctx.parallel(label, hosts, baseline_job("fleetp"), sample=True))
@@ -129,9 +117,9 @@ def idle_row(ctx: Context, section: str, hosts: Sequence[tuple[int, str]]) -> Ro
 def parallel_rows(ctx: Context, counts: Sequence[int], delay: float) -> list[Row]:
     """The parallel launcher alone at one delay (at FLEET_DELAY it runs within fleet_rows, interleaved)."""
     ctx.set_delay(delay)
-    runs = [launch(ctx, PARALLEL, count, f"delay {delay:g}") for count in counts]
-    ctx.facts[f"parallel {delay:g}"] = runs
-    section = f"the floor: hand-written parallel launcher (benchmarks/parallel_launch.sh), delay {delay:g} s"
+    runs = [launch(ctx, PARALLEL, count, f"delay {ctx.delay_tag(delay)}") for count in counts]
+    ctx.facts[f"parallel {ctx.delay_tag(delay)}"] = runs
+    section = f"the floor: hand-written parallel launcher (benchmarks/parallel_launch.sh), delay {ctx.delay_text(delay)}"
     return variant_rows(section, PARALLEL, runs, counts)
 
 
@@ -231,32 +219,39 @@ def changes(run: Run) -> str:
     return ", ".join(f"{play} {count}" for play, count in changed_by_play(run).items())
 
 
+def fleet_section(ctx: Context) -> str:
+    """The title of the fleet's section, with the delay and how it is spent."""
+    return f"the fleet: forks 32, containers split over pve-g and pve-h, delay {ctx.delay_text(FLEET_DELAY)}"
+
+
 def fleet_rows(ctx: Context, counts: Sequence[int], launch_only: bool = False) -> list[Row]:
-    """Every variant at each count (interleaved: the load drifts), delay FLEET_DELAY; ratios to the parallel launcher."""
+    """Every variant at each count (interleaved: the load drifts), delay FLEET_DELAY; ratios to the parallel launcher.
+
+    The runs go to ctx.facts as ``fleet`` (``fleet cpu`` when the delay is burnt as CPU) and ``fleet counts``.
+    """
     ctx.set_delay(FLEET_DELAY)
+    section, tag = fleet_section(ctx), ctx.delay_tag(FLEET_DELAY)
     variants = [variant for variant in FLEET if not (launch_only and variant.playbook == LAUNCH)]
     runs: dict[str, list[Run]] = {variant.key: [] for variant in variants}
-    idle = idle_row(ctx, FLEET_SECTION, fanout_hosts(counts[-1]))
+    idle = idle_row(ctx, section, fanout_hosts(counts[-1]))
     for count in counts:
         for variant in variants:
             if variant.every_count or count == counts[-1]:
-                runs[variant.key].append(launch(ctx, variant, count, f"delay {FLEET_DELAY:g}"))
+                runs[variant.key].append(launch(ctx, variant, count, f"delay {tag}"))
     ctx.close_masters()
-    ctx.facts["fleet"], ctx.facts["fleet counts"] = runs, list(counts)
+    ctx.facts["fleet cpu" if ctx.burns(FLEET_DELAY) else "fleet"], ctx.facts["fleet counts"] = runs, list(counts)
     rows: list[Row] = []
     for variant in variants:
-        rows.extend(variant_rows(FLEET_SECTION, variant, runs[variant.key], counts if variant.every_count else counts[-1:]))
+        rows.extend(variant_rows(section, variant, runs[variant.key], counts if variant.every_count else counts[-1:]))
     rows.append(idle)
     floor = runs[PARALLEL.key][-1]
     for variant in variants[1:]:
         run = runs[variant.key][-1]
-        rows.append(Row(FLEET_SECTION, f"{counts[-1]} containers: {variant.label} / parallel launcher", ratio(run.seconds, floor.seconds),
-                        f"{run.seconds:.2f} / {floor.seconds:.2f} s; pct calls per container "
-                        + (per_host(len(run.calls), run.hosts) + " (launch and proof in one)" if variant.probe else calls_by_task(run))
+        rows.append(Row(section, f"{counts[-1]} containers: {variant.label} / parallel launcher", ratio(run.seconds, floor.seconds),
+                        f"{run.seconds:.2f} / {floor.seconds:.2f} s; pct calls per container {calls_by_task(run)}"
                         + (f"; by play {calls_by_play(run)}; changed results: {changes(run)}" if variant.playbook == LAUNCH else "")))
-    where = f"where the time goes at {counts[-1]} containers"
-    for key, label in (("launch.yml", "whole launch.yml, as shipped"), ("launch_only", "launch_only.yml, as shipped"),
-                       ("fleet_run", "fleet_launch.yml (one fleet_run task), as shipped")):
+    where = f"where the time goes at {counts[-1]} containers" + (", delay burnt as CPU" if ctx.burns(FLEET_DELAY) else "")
+    for key, label in (("launch.yml", "whole launch.yml, as shipped"), ("launch_only", "launch_only.yml, as shipped")):
         if key in runs and runs[key]:
             persist = runs.get(f"{key} persist", [])
             rows.extend(breakdown_rows(f"{where}: {label}", runs[key][-1], persist[-1] if persist else None))

@@ -2,16 +2,20 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """The summary at the top of the table: the headline figures, picked from the sections' runs (ctx.facts).
 
-A figure whose section failed or was skipped is left out; the section's own rows say why.
+A figure whose section failed or was skipped is left out; the section's own rows say why. The figures at a delay
+burnt as CPU (``benchmarks/run.sh --delay-mode cpu`` or ``both``: facts ``single 0.5 cpu``, ``fleet cpu``) have
+rows of their own, labelled so.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from bench_cases import Row, calls_by_play, calls_by_task, per_host, ratio
 from bench_env import Context, Run, median
 
 SECTION = "summary (the figures of the sections below)"
+CPU_DELAY = "0.5 s of CPU (delay_mode cpu)"
 
 
 def walls(runs: Sequence[Run]) -> float:
@@ -24,11 +28,13 @@ def per_container(run: Run) -> str:
     return per_host(len(run.calls), run.hosts)
 
 
-def single_rows(facts: dict[str, object]) -> list[Row]:
-    """One container: pct calls, re-launch and launch-only against the hand-written script."""
+def single_rows(facts: dict[str, object], cpu: bool = False) -> list[Row]:
+    """One container: pct calls, re-launch and launch-only against the hand-written script (cpu: at the delay burnt
+    as CPU, the wall times only)."""
     rows = []
-    zero, half = facts.get("single 0"), facts.get("single 0.5")
-    if isinstance(zero, dict) and "launch-only" in zero:
+    zero, half = facts.get("single 0"), facts.get("single 0.5 cpu" if cpu else "single 0.5")
+    delay = CPU_DELAY if cpu else "0.5 s"
+    if isinstance(zero, dict) and "launch-only" in zero and not cpu:
         rows.append(Row(SECTION, "`pct` calls: launch + verify (`tmux_session` + `wait_for_log`) / idempotent re-run",
                         f"{len(zero['launch-only'][-1].calls)} / {len(zero['launch-only re-run'][-1].calls)}",
                         f"hand-written script: {len(zero['baseline'][-1].calls)}"))
@@ -40,9 +46,10 @@ def single_rows(facts: dict[str, object]) -> list[Row]:
         off = facts.get("pipelining off")
         if isinstance(off, Run):
             others.append(f"pipelining off {len(off.calls)}")
-        rows.append(Row(SECTION, "`pct` calls per container: whole `launch.yml` re-launched into a prepared container, as shipped",
-                        str(len(relaunch.calls)), f"by play: {calls_by_play(relaunch)}; by task: {calls_by_task(relaunch)}"
-                        + (f"; {', '.join(others)}" if others else "")))
+        if not cpu:
+            rows.append(Row(SECTION, "`pct` calls per container: whole `launch.yml` re-launched into a prepared container, as shipped",
+                            str(len(relaunch.calls)), f"by play: {calls_by_play(relaunch)}; by task: {calls_by_task(relaunch)}"
+                            + (f"; {', '.join(others)}" if others else "")))
         reference = walls(half["baseline"])
         raw = f"{walls(half['launch.yml re-launch']):.2f} s / {reference:.2f} s"
         persist = half.get("launch.yml re-launch, ControlPersist")
@@ -53,19 +60,21 @@ def single_rows(facts: dict[str, object]) -> list[Row]:
             raw += f"; pct_ssh_control_persist: no {ratio(unshared[-1].seconds, reference)} ({unshared[-1].seconds:.2f} s)"
         if isinstance(zero, dict) and "launch.yml re-launch" in zero:
             raw += f"; delay 0: {ratio(walls(zero['launch.yml re-launch']), walls(zero['baseline']))}"
-        rows.append(Row(SECTION, "re-launch, whole `launch.yml` / hand-written script, one container, `pct` delay 0.5 s",
+        rows.append(Row(SECTION, f"re-launch, whole `launch.yml` / hand-written script, one container, `pct` delay {delay}",
                         ratio(walls(half["launch.yml re-launch"]), reference), raw))
     if isinstance(zero, dict) and isinstance(half, dict) and "launch-only" in zero and "launch-only" in half:
-        rows.append(Row(SECTION, "launch-only playbook / hand-written script, delay 0 / 0.5 s",
+        rows.append(Row(SECTION, f"launch-only playbook / hand-written script, delay 0 / {delay}",
                         f"{ratio(walls(zero['launch-only']), walls(zero['baseline']))} / {ratio(walls(half['launch-only']), walls(half['baseline']))}",
                         f"{walls(zero['launch-only']):.2f} s / {walls(zero['baseline']):.2f} s; "
                         f"{walls(half['launch-only']):.2f} s / {walls(half['baseline']):.2f} s"))
     return rows
 
 
-def fleet_rows(facts: dict[str, object]) -> list[Row]:
-    """The fleet against the parallel launcher, the floor; the controller's cost per added container."""
-    fleet, counts = facts.get("fleet"), facts.get("fleet counts")
+def fleet_rows(facts: dict[str, object], cpu: bool = False) -> list[Row]:
+    """The fleet against the parallel launcher, the floor; the controller's cost per added container (cpu: at the
+    delay burnt as CPU)."""
+    fleet, counts = facts.get("fleet cpu" if cpu else "fleet"), facts.get("fleet counts")
+    delay = CPU_DELAY if cpu else "0.5 s"
     if not isinstance(fleet, dict) or not isinstance(counts, list) or not fleet.get("parallel"):
         return []
     floor, last = fleet["parallel"][-1], counts[-1]
@@ -80,42 +89,34 @@ def fleet_rows(facts: dict[str, object]) -> list[Row]:
         return " / ".join(result), " / ".join(raw) + f" against {floor.seconds:.2f} s"
 
     rows = []
-    for key, what in (("launch.yml", "whole `launch.yml` re-launch"), ("launch_only", "`launch_only.yml` (launch + verify)"),
-                      ("fleet_run", "`fleet_run` (one task: launch + proof)")):
+    for key, what in (("launch.yml", "whole `launch.yml` re-launch"), ("launch_only", "`launch_only.yml` (launch + verify)")):
         if fleet.get(key):
             result, raw = pair(key)
             run = fleet[key][-1]
-            rows.append(Row(SECTION, f"{last} containers on 2 nodes, forks {last}, delay 0.5 s: {what} / parallel launcher", result,
+            rows.append(Row(SECTION, f"{last} containers on 2 nodes, forks {last}, delay {delay}: {what} / parallel launcher", result,
                             f"{raw}; {per_container(run)} `pct` calls per container"))
-    probe = fleet.get("node batch")
-    if probe:
-        run = probe[-1]
-        rows.append(Row(SECTION, f"{last} containers on 2 nodes, delay 0.5 s: probe of one task per node (not shipped: node_batch_probe.py, "
-                                 "one ssh session per node, launch and proof in one `pct exec`) / parallel launcher",
-                        ratio(run.seconds, floor.seconds), f"{run.seconds:.2f} s against {floor.seconds:.2f} s; "
-                        f"{per_container(run)} `pct` calls per container; no Ansible start-up or worker in it"))
     floors = [facts.get("parallel 0"), fleet["parallel"]]
-    if all(isinstance(runs, list) and runs for runs in floors):
+    if all(isinstance(runs, list) and runs for runs in floors) and not cpu:
         text = "; ".join(" / ".join(f"{run.seconds:.2f}" for run in runs) + " s" for runs in floors if isinstance(runs, list))
         rows.append(Row(SECTION, f"parallel launcher (`xargs -P`, ssh masters open): {' / '.join(map(str, counts))} containers, delay 0; 0.5 s",
                         text, "2 `pct` calls per container, as the single script"))
     costs, memory = [], []
-    for key, what in (("launch.yml", "launch.yml"), ("launch_only", "launch_only.yml"), ("fleet_run", "fleet_launch.yml"), ("parallel", "launcher")):
+    for key, what in (("launch.yml", "launch.yml"), ("launch_only", "launch_only.yml"), ("parallel", "launcher")):
         runs = fleet.get(key)
         if runs and len(runs) == len(counts) and len(counts) > 1:
             added = counts[-1] - counts[0]
             costs.append(f"{what} {(runs[-1].cpu - runs[0].cpu) / added:.3f}")
             memory.append(f"{what} {(runs[-1].peak_pss - runs[0].peak_pss) / added:.1f} MiB, wall {(runs[-1].seconds - runs[0].seconds) / added:.2f} s")
     if costs:
-        rows.append(Row(SECTION, f"controller per added container ({counts[0]} → {counts[-1]}, as shipped): CPU seconds",
+        rows.append(Row(SECTION, f"controller per added container ({counts[0]} → {counts[-1]}, as shipped, delay {delay}): CPU seconds",
                         " / ".join(costs), "memory (peak Pss) and wall: " + "; ".join(memory)))
-    rows.extend(inside_rows(facts, fleet, last))
+    rows.extend(inside_rows(facts, fleet, last, delay))
     return rows
 
 
-def inside_rows(facts: dict[str, object], fleet: dict[str, list[Run]], last: int) -> list[Row]:
+def inside_rows(facts: dict[str, object], fleet: dict[str, list[Run]], last: int, delay: str) -> list[Row]:
     """The CPU used inside the containers per container at the largest count, against the controller's."""
-    variants = (("parallel", "launcher"), ("launch_only", "launch_only.yml"), ("fleet_run", "fleet_launch.yml"), ("launch.yml", "launch.yml"))
+    variants = (("parallel", "launcher"), ("launch_only", "launch_only.yml"), ("launch.yml", "launch.yml"))
     measured = [(what, fleet[key][-1]) for key, what in variants
                 if fleet.get(key) and fleet[key][-1].container_cpu is not None]
     if not measured:
@@ -126,7 +127,7 @@ def inside_rows(facts: dict[str, object], fleet: dict[str, list[Run]], last: int
     if isinstance(single, dict):
         known = [f"{what.split(' (')[0].split(', ')[0]} {value:.0f} ms" for what, value in single.items() if isinstance(value, float)]
         raw += ("; one command or module run in CT 400: " + ", ".join(known)) if known else ""
-    return [Row(SECTION, f"CPU per container inside the containers ({last} containers, delay 0.5 s, playbooks as shipped; cgroup counters): "
+    return [Row(SECTION, f"CPU per container inside the containers ({last} containers, delay {delay}, playbooks as shipped; cgroup counters): "
                 + " / ".join(what for what, dummy in measured),
                 " / ".join(f"{1000 * (run.container_cpu or 0) / run.hosts:.0f}" for dummy, run in measured) + " ms", raw)]
 
@@ -155,10 +156,13 @@ def other_rows(facts: dict[str, object]) -> list[Row]:
 def summary_rows(ctx: Context) -> list[Row]:
     """The headline rows; a part whose facts are malformed is left out rather than failing the table."""
     rows: list[Row] = []
-    builders: list[Callable[[dict[str, object]], list[Row]]] = [single_rows, fleet_rows, other_rows]
-    for build in builders:
+    builders: list[tuple[str, Callable[[dict[str, object]], list[Row]]]] = [
+        ("single_rows", single_rows), ("fleet_rows", fleet_rows),
+        ("single_rows, delay burnt as CPU", functools.partial(single_rows, cpu=True)),
+        ("fleet_rows, delay burnt as CPU", functools.partial(fleet_rows, cpu=True)), ("other_rows", other_rows)]
+    for name, build in builders:
         try:
             rows.extend(build(ctx.facts))
         except (KeyError, IndexError, TypeError, ZeroDivisionError, AttributeError) as exc:
-            rows.append(Row(SECTION, f"({build.__name__} left out)", "FAILED", f"{type(exc).__name__}: {exc}"[:200]))
+            rows.append(Row(SECTION, f"({name} left out)", "FAILED", f"{type(exc).__name__}: {exc}"[:200]))
     return rows

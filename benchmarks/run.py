@@ -5,7 +5,10 @@
 Brings up the simulated nodes pve-g and pve-h, 32 containers, measures, prints the table and
 writes it to benchmarks/results.md, then destroys the containers and stops the nodes.
 ``--launch-only`` measures only the runs of benchmarks/launch_only.yml (with the baseline it is
-compared with) and writes no file unless ``--output`` names one.
+compared with) and writes no file unless ``--output`` names one. ``--delay-mode`` says how the
+stand-in's pct spends its per-call delay: slept (``sleep``, the default), burnt as CPU time as real
+pct does (``cpu``), or both (``both``: the rows with a delay are measured sleeping, then again with
+the delay burnt as CPU).
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ from pathlib import Path
 
 from bench_cases import (LAUNCH, LAUNCH_ONLY, MAIN, JOB_COMMAND, Row, breakdown_rows, count_rows, detection_rows, first_launch_rows, fleet_death_rows,
                          job_vars, launch_runs, pipelining_off_rows, stop_sessions, wall_rows)
-from bench_env import BENCH, SHIPPED, Context
-from bench_fleet import fleet_rows, parallel_rows
+from bench_env import BENCH, DELAY_MODES, SHIPPED, Context
+from bench_fleet import FLEET_DELAY, fleet_rows, parallel_rows
 from bench_overheads import overhead_rows
 from bench_report import conditions, render
 from bench_setup import log, set_up, tear_down
@@ -32,6 +35,15 @@ from bench_summary import summary_rows
 # Seconds the measurements may take before the optional ones are skipped: with set-up, tear-down and
 # run.sh's checks, one run stays under 10 minutes.
 BUDGET = 500
+# The environment variable that gives --delay-mode its default.
+DELAY_MODE_ENV = "BENCH_DELAY_MODE"
+DELAY_MODE_TEXT = {
+    "sleep": "the delay of each call is slept (a fixed wait that uses no CPU)",
+    "cpu": "the delay of each call is burnt as CPU time, as real pct's Perl start-up does, so calls at the same moment "
+           "compete for the cores and take longer than the delay",
+    "both": "the rows with a delay are measured with it slept, then again with it burnt as CPU time (sections "
+            "\"of CPU (delay_mode cpu)\"), as real pct's Perl start-up does",
+}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -44,11 +56,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keep-workdir", action="store_true", help="keep the work folder with every run's output")
     parser.add_argument("--launch-only", action="store_true",
                         help="only the cases of benchmarks/launch_only.yml: its pct calls, re-run and wall time against the baseline "
-                             "at delay 0, detection on one container, the fleet (launch_only.yml and fleet_launch.yml) and the parallel "
+                             "at delay 0, detection on one container, the fleet (launch_only.yml) and the parallel "
                              "launcher (quick check; the table is printed, not written)")
+    parser.add_argument("--delay-mode", choices=(*DELAY_MODES, "both"), default=None,
+                        help="how the stand-in's pct spends its delay of 0.5 s per call: sleep (a fixed wait, the default), cpu "
+                             "(burnt as CPU time, as real pct's Perl start-up does: calls at the same moment compete for the cores), "
+                             "or both (the rows with a delay, namely the one-container launch at 0.5 s and the fleet, are measured "
+                             f"sleeping, then again burning CPU); default: ${DELAY_MODE_ENV}, else sleep")
     parser.add_argument("--budget", type=float, default=BUDGET,
                         help=f"seconds from the start after which optional measurements are skipped (default {BUDGET})")
     args = parser.parse_args(argv)
+    if args.delay_mode is None:
+        args.delay_mode = os.environ.get(DELAY_MODE_ENV, "").strip().lower() or "sleep"
+        if args.delay_mode not in (*DELAY_MODES, "both"):
+            parser.error(f"invalid {DELAY_MODE_ENV} {args.delay_mode!r}: not one of {', '.join((*DELAY_MODES, 'both'))}")
     if args.output is None and not args.launch_only:
         args.output = BENCH / "results.md"
     counts = [int(count) for count in args.fanout.split(",")]
@@ -71,8 +92,8 @@ def launch_rows(ctx: Context, delay: float, whole: bool = True) -> list[Row]:
     """pct calls (delay 0) and wall times against the baseline of the launch variants on one container."""
     runs = launch_runs(ctx, delay, whole)
     if delay == 0:
-        return count_rows(runs) + wall_rows(runs, delay)
-    return wall_rows(runs, delay)
+        return count_rows(runs) + wall_rows(runs, ctx.delay_text(delay))
+    return wall_rows(runs, ctx.delay_text(delay))
 
 
 def optional(ctx: Context, rows: list[Row], name: str, estimate: float, measure: Callable[[], list[Row]]) -> None:
@@ -86,12 +107,17 @@ def optional(ctx: Context, rows: list[Row], name: str, estimate: float, measure:
     section(rows, name, measure)
 
 
-def measure_all(ctx: Context, counts: list[int], launch_only: bool = False) -> list[Row]:
+def measure_all(ctx: Context, counts: list[int], launch_only: bool = False, delay_mode: str = "sleep") -> list[Row]:
     """Every measurement (launch_only: those of launch_only.yml), in order; each group's failure is reported in the table.
 
-    The required ones first; then the optional ones, each skipped when it would overrun the time budget.
+    The required ones first; then the optional ones, each skipped when it would overrun the time budget. The rows
+    with a delay spend it as delay_mode says (Context.delay_mode); with ``both``, those of the one-container launch
+    and the fleet are measured again with the delay burnt as CPU, before the optional ones. Rows at delay 0 are the
+    same in both modes, and measured once.
     """
     rows: list[Row] = []
+    modes = list(DELAY_MODES) if delay_mode == "both" else [delay_mode]
+    ctx.delay_mode = modes[0]
     log("warm-up run (not reported)" + ("" if launch_only else ": launch.yml prepares CT 400, so that its later runs are re-launches"))
     ctx.playbook("warm-up", LAUNCH_ONLY if launch_only else LAUNCH, MAIN, SHIPPED, job_vars(ctx, "warm", JOB_COMMAND))
     stop_sessions(ctx, "warm", MAIN)
@@ -99,15 +125,22 @@ def measure_all(ctx: Context, counts: list[int], launch_only: bool = False) -> l
         section(rows, "launch, delay 0", lambda: launch_rows(ctx, 0.0, whole=False))
         section(rows, "detection", lambda: detection_rows(ctx))
         section(rows, "parallel launcher, delay 0", lambda: parallel_rows(ctx, counts, 0.0))
-        section(rows, "fleet", lambda: fleet_rows(ctx, counts, launch_only=True))
+        for mode in modes:
+            ctx.delay_mode = mode
+            section(rows, f"fleet, delay {ctx.delay_text(FLEET_DELAY)}", lambda: fleet_rows(ctx, counts, launch_only=True))
         return rows
     section(rows, "launch, delay 0", lambda: launch_rows(ctx, 0.0))
-    section(rows, "launch, delay 0.5", lambda: launch_rows(ctx, 0.5))
+    section(rows, f"launch, delay {ctx.delay_text(0.5)}", lambda: launch_rows(ctx, 0.5))
     section(rows, "where the time goes", lambda: breakdown_rows(ctx))
     section(rows, "detection", lambda: detection_rows(ctx))
     section(rows, "first launch into a fresh container", lambda: first_launch_rows(ctx))
     section(rows, "parallel launcher, delay 0", lambda: parallel_rows(ctx, counts, 0.0))
-    section(rows, "fleet", lambda: fleet_rows(ctx, counts))
+    section(rows, f"fleet, delay {ctx.delay_text(FLEET_DELAY)}", lambda: fleet_rows(ctx, counts))
+    for mode in modes[1:]:  # --delay-mode both: the rows with a delay again, the delay burnt as CPU
+        ctx.delay_mode = mode
+        section(rows, f"launch, delay {ctx.delay_text(0.5)}", lambda: launch_rows(ctx, 0.5))
+        section(rows, f"fleet, delay {ctx.delay_text(FLEET_DELAY)}", lambda: fleet_rows(ctx, counts))
+    ctx.delay_mode = modes[0]
     optional(ctx, rows, "what a run is made of", 40, lambda: overhead_rows(ctx))
     optional(ctx, rows, "detection, 4 ranks", 15, lambda: fleet_death_rows(ctx))
     optional(ctx, rows, "launch.yml with pipelining off", 30, lambda: pipelining_off_rows(ctx))
@@ -128,10 +161,12 @@ def main(argv: list[str]) -> int:
     setup: dict[str, float] = {}
     try:
         setup = set_up(ctx)
-        rows = measure_all(ctx, args.counts, args.launch_only)
+        rows = measure_all(ctx, args.counts, args.launch_only, args.delay_mode)
     finally:
         tear_down(ctx)
-    text = render(summary_rows(ctx) + rows, conditions(args.repeat, setup, load_before, time.monotonic() - started, args.launch_only))
+    header = conditions(args.repeat, setup, load_before, time.monotonic() - started, args.launch_only)
+    header.append(f"Stand-in `pct` delay mode: {DELAY_MODE_TEXT[args.delay_mode]} (`--delay-mode {args.delay_mode}`).")
+    text = render(summary_rows(ctx) + rows, header)
     print(text)
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")

@@ -11,9 +11,13 @@
 # installs the OpenSSH server); under 10 minutes on 2 cores (optional measurements are skipped,
 # with a note in the table, when the run would overrun --budget).
 #
-# Usage: benchmarks/run.sh [--repeat N] [--fanout 1,8,32] [--output FILE] [--keep-workdir] [--launch-only] [--budget S]
+# Usage: benchmarks/run.sh [--repeat N] [--fanout 1,8,32] [--output FILE] [--keep-workdir] [--launch-only]
+#                          [--delay-mode sleep|cpu|both] [--budget S]
 #   --launch-only: only the cases of benchmarks/launch_only.yml (pct calls, re-run, detection,
 #   the fleet against the parallel launcher); prints the table and writes no file unless --output names one.
+#   --delay-mode: how the stand-in's pct spends its 0.5 s per call: slept (sleep, the default), burnt as
+#   CPU time as real pct does (cpu), or both (the one-container launch at 0.5 s and the fleet measured
+#   sleeping, then again burning CPU). BENCH_DELAY_MODE=cpu|both in the environment does the same.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

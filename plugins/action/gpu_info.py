@@ -7,8 +7,8 @@ On a container of the ``trainops.pct_launch.pct`` connection the node is asked t
 (``Connection.node_command``): ``python3 -`` there runs ``_gpu_smi.py`` (sent on its standard input), which
 prints the node's GPUs and their processes, each with the container it belongs to. Then the module runs in
 the container, and ``_gpu_verdict`` says what the two views mean. On any other host the module's own view is
-the node's. The node is asked once per task (``_node_once``): the other containers of that node in the task share
-its answer (``node_shared``).
+the node's. Each container asks its node for itself (one ``node_command`` per container and task): hosts share no
+answers.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils import _gpu_sm
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, parse_request
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._gpu_verdict import blocking, busy, problems
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_once import answer_key, shared_answer
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import PctTarget, node_command_argv, remote_environment
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_vmid
 
 MODULE_NAME = "trainops.pct_launch.gpu_info"
@@ -77,11 +75,11 @@ class ActionModule(ActionBase):
         except GpuError as exc:
             return dict(result, failed=True, msg=str(exc))
         vmid = host_vmid(task_vars)
-        node, shared = self._ask_node(str(args.get("node_nvidia_smi") or "nvidia-smi")) if self._on_container() else (None, False)
+        node = self._ask_node(str(args.get("node_nvidia_smi") or "nvidia-smi")) if self._on_container() else None
         if node is not None and request is None and not node.get("gpus") and not node.get("error"):
             # a node without GPUs has none to give its containers: nothing to look at in there (no pct call)
-            return dict(result, changed=False, container_checked=False, node=node, node_shared=shared, busy=[], busy_uuids=[],
-                        blocking=[], problems=[], **NO_GPU)
+            return dict(result, changed=False, container_checked=False, node=node, busy=[], busy_uuids=[], blocking=[], problems=[],
+                        **NO_GPU)
         host = self._execute_module(module_name=MODULE_NAME, module_args=args, task_vars=task_vars)
         if not module_answered(host):
             where = f"container {vmid}" if vmid is not None else f"host {task_vars.get('inventory_hostname')}"
@@ -94,36 +92,17 @@ class ActionModule(ActionBase):
                         int(args.get("busy_utilization", 10)), int(args.get("busy_memory", 512)))
         host.pop("processes", None)
         result.update(host, node=node, busy=findings, busy_uuids=sorted({str(item["uuid"]) for item in findings}),
-                      blocking=blocking(findings, request), problems=problems(node, host, request), changed=False, container_checked=True,
-                      node_shared=shared)
+                      blocking=blocking(findings, request), problems=problems(node, host, request), changed=False, container_checked=True)
         return result
 
     def _on_container(self) -> bool:
         """Whether the task reaches a container through the collection's pct connection (it can ask the node)."""
         return callable(getattr(self._connection, "node_command", None))
 
-    def _ask_node(self, nvidia_smi: str) -> tuple[dict[str, t.Any], bool]:
-        """``(report, shared)``: the node's report, asked once per node in this task; shared when another host asked."""
-        argv = node_argv(nvidia_smi)
-
-        def ask() -> dict[str, t.Any]:
-            try:
-                rc, out, err = self._connection.node_command(argv, in_data=node_program())
-            except AnsibleError as exc:
-                return parse_node_answer(255, b"", to_text(exc).encode())
-            return parse_node_answer(rc, out, err)
-
-        reach = self._node_reach(argv)
-        if reach is None:
-            return ask(), False
-        return shared_answer(answer_key(str(self._task._uuid), reach, nvidia_smi), ask)
-
-    def _node_reach(self, argv: list[str]) -> list[str] | None:
-        """The controller's argv that runs ``argv`` on the node (ssh, user, port, node name), or None when unknown."""
+    def _ask_node(self, nvidia_smi: str) -> dict[str, t.Any]:
+        """The node's report, asked through the connection; one whose ``error`` says why when it could not be had."""
         try:
-            target = getattr(self._connection, "target", None)
-            if not isinstance(target, PctTarget):
-                return None
-            return node_command_argv(target, argv, remote_environment(target) if target.is_remote else {})
-        except (AnsibleError, ValueError):
-            return None  # node_command says why (asked unshared)
+            rc, out, err = self._connection.node_command(node_argv(nvidia_smi), in_data=node_program())
+        except AnsibleError as exc:
+            return parse_node_answer(255, b"", to_text(exc).encode())
+        return parse_node_answer(rc, out, err)

@@ -8,8 +8,7 @@ source is found like ``ansible.builtin.copy`` finds it (the play's ``files/`` fo
 and its SHA-1 checksum computed, the one ``copy`` compares. A source that cannot be found gets no checksum:
 the module then reports the file as one to copy, and ``copy`` reports why it cannot.
 
-The check runs as a direct run where it can (``plugin_utils/_direct_run.py``): the same one ``pct exec``, without
-the module runtime's import on the target; otherwise as the module.
+The module then runs as ansible.builtin's ``normal`` action runs one (one ``pct exec`` when pipelined).
 """
 
 from __future__ import annotations
@@ -18,18 +17,32 @@ import typing as t
 
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
 from ansible.utils.hashing import checksum
+from ansible.utils.vars import merge_hash
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check import ARGUMENT_SPEC
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._direct_run import DirectRunAction
+MODULE_NAME = "trainops.pct_launch.prepare_info"
 
 
-class ActionModule(DirectRunAction):
+class ActionModule(ActionBase):
     """Read the controller's files, then run the module."""
 
-    MODULE_NAME = "trainops.pct_launch.prepare_info"
-    ENTRY = "_prepare_check"
-    ARGUMENT_SPEC = ARGUMENT_SPEC
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = True
+
+    def run(self, tmp: t.Any = None, task_vars: dict[str, t.Any] | None = None) -> dict[str, t.Any]:
+        """The module's result, its options completed on the controller."""
+        result = super().run(tmp, task_vars)
+        del tmp
+        # as ansible.builtin's normal action runs a module: an async task through async_wrapper, whose files stay for it
+        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+        module_args = self.module_args(dict(self._task.args))
+        result = merge_hash(result, self._execute_module(module_name=MODULE_NAME, module_args=module_args,
+                                                         task_vars=task_vars, wrap_async=wrap_async))
+        if not wrap_async:
+            self._remove_tmp_path(None)  # the temporary folder of the connection's shell, as the normal action removes it
+        return result
 
     def module_args(self, args: dict[str, t.Any]) -> dict[str, t.Any]:
         """The task's options, with the requirements file's text and each job file's checksum, read on the controller."""

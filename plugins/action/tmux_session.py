@@ -8,10 +8,8 @@ container (``container VMID``) instead of the host name the module sees inside i
 
 Without pipelining Ansible copies each module, its arguments included, into a file in the target's
 temporary folder before it runs it. A task with ``env`` is
-therefore refused unless it is pipelined, before anything is sent. A pipelined task runs as a direct run
-where it can (``plugin_utils/_direct_run.py``, entry ``module_utils/_tmux_run.py``): the options checked here, the
-same one ``pct exec``, without the module runtime's import on the target. Everything else runs the module as
-Ansible's normal action does.
+therefore refused unless it is pipelined, before anything is sent. Otherwise the module runs as Ansible's normal
+action runs it (one ``pct exec`` when pipelined).
 
 With the option ``wait``, a run that started the job returns the first chunk of its proof too (``wait``, run in
 the same ``pct exec``); when that chunk has no verdict yet, this plugin goes on as wait_for_log's does
@@ -25,13 +23,9 @@ import typing as t
 from ansible.errors import AnsibleConnectionFailure
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action.normal import ActionModule as NormalAction
-from ansible.utils.vars import merge_hash
 
 from ansible_collections.trainops.pct_launch.plugins.action.wait_for_log import ActionModule as WaitAction, cause_detail
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import WAIT_SPEC
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_run import ARGUMENT_SPEC, RULES
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
-
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_vmid
@@ -56,7 +50,7 @@ class ActionModule(NormalAction):
             return {"failed": True, "changed": False, "msg": unpipelined_env_message(args, host)}
         task_vars = task_vars or {}
         try:
-            result = self._run_module(tmp, task_vars)
+            result = super().run(tmp, task_vars)
         except AnsibleConnectionFailure as exc:
             if not args.get("wait") or isinstance(exc, ContainerNotRunning):
                 raise
@@ -70,13 +64,6 @@ class ActionModule(NormalAction):
         if isinstance(result.get("wait"), dict) and not result.get("failed"):
             result = self._prove_start(result, task_vars)
         return result
-
-    def _run_module(self, tmp: t.Any, task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
-        """The module's result: a direct run where it can be one, else Ansible's normal module run."""
-        direct = _direct_run.attempt(self, "_tmux_run", ARGUMENT_SPEC, self._task.args, task_vars, **RULES)
-        if direct is None:
-            return super().run(tmp, task_vars)
-        return merge_hash(super(NormalAction, self).run(tmp, task_vars), direct)  # pylint: disable=bad-super-call
 
     def _prove_start(self, result: dict[str, t.Any], task_vars: dict[str, t.Any]) -> dict[str, t.Any]:
         """Option wait, after a start: the proof, gone on from the module's first chunk; its failure fails the task."""

@@ -6,8 +6,7 @@
 The module (one module run per call, one ``pct exec`` on a container of the pct connection) waits
 at most ``CHUNK_SECONDS`` per call; this plugin calls it again with the log offset it reached until
 the verdict or the deadline, printing a progress line after every chunk that ends without a verdict.
-A chunk runs as a direct run where it can (``plugin_utils/_direct_run.py``, entry ``module_utils/_log_chunk.py``):
-the same one ``pct exec``, without the module runtime's import on the target.
+A chunk runs the module as Ansible's normal action runs one (``_chunk``).
 
 With ``fleet_id``, the waits of one fleet (each in its own worker process) end together: a member whose
 wait fails posts it on the fleet board (``plugin_utils/_fleet_board.py``), and every other member, which
@@ -45,7 +44,6 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     subject,
     where,
 )
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _direct_run
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import fleet_id_error
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning
@@ -166,7 +164,12 @@ class ActionModule(ActionBase):
     def _chunk(self, args: dict[str, t.Any], task_vars: dict[str, t.Any], seconds: float, offset: int) -> dict[str, t.Any]:
         module_args = {key: value for key, value in args.items() if key not in CONTROLLER_ONLY}
         module_args.update(timeout=round(seconds, 3), offset=offset)
-        return _direct_run.run_module(self, MODULE_NAME, "_log_chunk", ARGUMENT_SPEC, module_args, task_vars, required_one_of=REQUIRED_ONE_OF)
+        # as ansible.builtin's normal action runs a module: an async task through async_wrapper, whose files stay for it
+        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+        result = self._execute_module(module_name=MODULE_NAME, module_args=module_args, task_vars=task_vars, wrap_async=wrap_async)
+        if not wrap_async:
+            self._remove_tmp_path(None)  # the temporary folder of the connection's shell, as the normal action removes it
+        return dict(result)
 
     def _node(self, host: str, task_vars: t.Mapping[str, t.Any]) -> str:
         """Where the chunks go: the delegate, a container's node (pct_node, else the controller), or the host."""

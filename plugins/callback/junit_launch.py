@@ -17,8 +17,8 @@ description:
   - Failed tasks are failures, with the task's message and its result (for example the last log lines that
     M(trainops.pct_launch.wait_for_log) returns when a job did not start); unreachable hosts are errors; skipped
     tasks are skipped; failures ignored with C(ignore_errors) pass. Handlers are test cases too.
-  - A task of M(trainops.pct_launch.fleet_run), which runs a module on many containers from one task, is a test case
-    per container it ran (each with that container's own result) and a skipped one per container it left out.
+  - A task that runs on many containers is a test case per container, each with that container's own result, so a
+    launch on a fleet shows which containers failed and why.
   - A task that fails in a block is a failure even when the block's C(rescue) section handles it (the recap counts it
     as rescued), so the report shows what failed also when the play went on.
   - The result never includes the module's arguments (C(invocation)) nor diffs, and values hidden with C(no_log)
@@ -169,8 +169,6 @@ class CallbackModule(CallbackBase):
     # Results of a task on a host.
 
     def v2_runner_on_ok(self, result: t.Any) -> None:
-        if self._fleet_cases(result):
-            return
         case = self._case(result)
         case.output = self._message(_attr(result, "result"))
 
@@ -203,36 +201,16 @@ class CallbackModule(CallbackBase):
 
     # Helpers.
 
-    def _case(self, result: t.Any, host: str | None = None) -> _Case:
-        """A new test case of the result's task on its host, or on ``host`` (a host of a fleet_run task)."""
+    def _case(self, result: t.Any) -> _Case:
+        """A new test case of the result's task on its host."""
         task = _attr(result, "task")
-        ran_on = _attr(result, "host").get_name()
+        host = _attr(result, "host").get_name()
         uuid = task._uuid  # pylint: disable=protected-access
-        started = self._host_started.get((uuid, ran_on)) or self._task_started.get(uuid) or time.time()
-        if host is None:
-            self._host_started.pop((uuid, ran_on), None)
+        started = self._host_started.pop((uuid, host), None) or self._task_started.get(uuid) or time.time()
         name = task.get_name().strip() or task.action
-        case = _Case(f"{self._suite().name}.{self._play_name}", f"[{host or ran_on}] {name}", time.time() - started)
+        case = _Case(f"{self._suite().name}.{self._play_name}", f"[{host}] {name}", time.time() - started)
         self._suite().cases.append(case)
         return case
-
-    def _fleet_cases(self, result: t.Any) -> bool:
-        """A task of trainops.pct_launch.fleet_run: a test case per host it ran, or left out; False for any other task."""
-        data = _attr(result, "result")
-        if not str(_attr(result, "task").action).endswith("fleet_run") or not isinstance(data.get("results"), dict):
-            return False
-        for host, each in data["results"].items():
-            case = self._case(result, host)
-            if each.get("failed"):
-                case.outcome = "error" if each.get("unreachable") else "failure"
-                case.message = self._message(each) or "failed"
-                case.details = self._details(each)
-            else:
-                case.output = self._message(each)
-        for host, reason in (data.get("left_out") or {}).items():
-            case = self._case(result, host)
-            case.outcome, case.message = "skipped", f"left to a task of its own: {reason}"
-        return True
 
     def _suite(self) -> _Suite:
         if not self._suites:

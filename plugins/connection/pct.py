@@ -152,12 +152,11 @@ options:
         0.12 s instead of 0.38 s).
       - A time as C(ssh_config) takes it (V(60s), V(10m), seconds). V(no) (or an empty value) opens a new connection for
         every call.
+      - The first call to a node opens the shared connection (ssh's C(ControlMaster=auto)); calls made while none is
+        open yet, for example by the workers of a task that starts on many containers of one node at once, each make a
+        handshake of their own, and one of them becomes the shared connection. As with Ansible's own C(ssh) connection,
+        ssh alone decides, and the connection keeps no lock, file or process of its own.
       - Options given in O(ssh_args) (for example V(-o ControlMaster=no) or a C(ControlPath) of your own) win over these.
-      - The workers of one run that reach a node at once share one handshake. The first call to the node in a run
-        checks for an open connection (C(ssh -O check)) and, when there is none, opens it (C(ssh -f -N)) while the
-        others wait for it, instead of each making its own (on the collection's stand-in, a cold launch of 32 containers on 2 nodes
-        took 17.0 s instead of 21.5 s). Not when O(ssh_args) name C(ControlMaster), C(ControlPath), C(ControlPersist), C(-M) or
-        C(-S), where ssh alone decides.
       - While a shared connection is open, later calls (of the same run or of another run within that time) go through it
         without a new handshake, so a changed key, host key or address of the node is seen only once it has closed
         (C(ssh -O exit -o ControlPath=DIR/pct-%C NODE) closes it at once).
@@ -305,7 +304,6 @@ from ansible.plugins.connection import ConnectionBase
 from ansible.utils.display import Display
 
 if t.TYPE_CHECKING:  # pragma: no cover
-    from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import NodeBatch
     from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import PctTarget
 
 # Ansible loads this plugin in every worker of a container host, for every task, the controller-only ones (set_fact,
@@ -339,7 +337,6 @@ class Connection(ConnectionBase):
         super().__init__(*args, **kwargs)
         self._target: PctTarget | None = None
         self._env: dict[str, str] = {}
-        self._node_batch: NodeBatch | None = None
 
     def _make_target(self) -> PctTarget:
         """Read and check the options; raises AnsibleError naming the host variable."""
@@ -408,13 +405,11 @@ class Connection(ConnectionBase):
         """Run ``command`` in the container; returns (rc, stdout, stderr); stdout is b'' unless piped."""
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import build_command, printable
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import failure_message
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._ssh_master import ensure_master
         argv = build_command(self.target, command, self._env)
         display.vvv(f"EXEC {printable(argv)}", host=self._play_context.remote_addr)
         # Local pct: clean environment, cwd / (lxc-attach keeps the cwd when it exists in the container).
         # ssh: needs the controller's environment (agent socket, HOME); the node side gets `env -i`.
         env = None if self.target.is_remote else self._env
-        ensure_master(self.target)
         b_argv = [to_bytes(arg, errors="surrogate_or_strict") for arg in argv]
         piped = stdin if isinstance(stdin, _PipedFile) else None
         try:
@@ -456,47 +451,9 @@ class Connection(ConnectionBase):
             )
         command = shell_command(to_text(cmd, errors="surrogate_or_strict"))
         stdin: _Stream = subprocess.DEVNULL if in_data is None else subprocess.PIPE
-        if self._node_batch is not None and self.target.is_remote:
-            rc, out, err = self._batched(command, in_data, stdin)
-        else:
-            rc, out, err = self._run(command, stdin, subprocess.PIPE, in_data)
+        rc, out, err = self._run(command, stdin, subprocess.PIPE, in_data)
         self._raise_if_not_run("Cannot run a command in", rc, err)
         return rc, out, err
-
-    def node_batch_argv(self) -> list[str] | None:
-        """What runs the node's Python for a batch of pct calls (``_node_batch.py``); None on the controller's own node."""
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import node_command_argv
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import NODE_ARGV
-        return node_command_argv(self.target, NODE_ARGV, self._env) if self.target.is_remote else None
-
-    def use_node_batch(self, batch: NodeBatch | None) -> None:
-        """Send this connection's commands with the other containers' of its node in ``batch`` (``fleet_run``), or not (None)."""
-        self._node_batch = batch
-
-    def _batched(self, command: list[str], in_data: bytes | None, stdin: _Stream) -> tuple[int, bytes, bytes]:
-        """The answer of ``command``'s pct call sent with the other calls of its node (its node batch), else run alone."""
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import pct_exec_argv, printable
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import failure_message, not_run_error
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_batch import SessionLost
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._ssh_master import ensure_master
-        argv = pct_exec_argv(self.target, command)
-        alone: list[bool] = []
-
-        def by_itself() -> tuple[int, bytes, bytes]:
-            alone.append(True)
-            return self._run(command, stdin, subprocess.PIPE, in_data)
-
-        ensure_master(self.target)
-        try:
-            answer = self._node_batch.answer(argv, in_data, by_itself)  # type: ignore[union-attr]  # the caller checked it
-        except SessionLost as exc:
-            what = "Cannot run a command in"
-            raise not_run_error(what, self.target, exc.rc, exc.stderr) or AnsibleConnectionFailure(
-                failure_message(what, self.target, exc.cause())) from exc
-        if not alone:
-            display.vvv(f"EXEC {printable(argv)} (in a batch of node {self.target.node}'s pct calls, from one ssh session)",
-                        host=self._play_context.remote_addr)
-        return answer
 
     def put_file(self, in_path: str, out_path: str) -> None:
         """Stream ``in_path`` on the controller to ``out_path`` in the container."""
@@ -555,14 +512,12 @@ class Connection(ConnectionBase):
         """
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import node_command_argv, printable
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import node_command_error, node_failure_message
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._ssh_master import ensure_master
         target = self.target
         if not argv:
             raise AnsibleError(node_failure_message("Cannot run a command on", target, "the argv is empty"))
         full = node_command_argv(target, argv, self._env)
         display.vvv(f"NODE EXEC {printable(full)}", host=self._play_context.remote_addr)
         program = printable(argv[:1])
-        ensure_master(target)
         b_argv = [to_bytes(arg, errors="surrogate_or_strict") for arg in full]
         try:
             with subprocess.Popen(b_argv, stdin=subprocess.DEVNULL if in_data is None else subprocess.PIPE, stdout=subprocess.PIPE,

@@ -24,17 +24,3 @@ notes:
     containers from the node with the options C(vmid) and C(pct_path); they are gone (see the changelog).
 """
 
-    DIRECT_RUN = r"""
-options: {}
-notes:
-  - When the task is pipelined (the C(trainops.pct_launch.pct) connection's default), not async and not delegated,
-    and the target's Python is known (C(ansible_python_interpreter) set to a path, or the interpreter Ansible
-    discovered there earlier in the play), the action plugin checks the options on the controller, with the same
-    messages, and runs the module's code on the target without Ansible's module runtime (a direct run) - the same
-    one C(pct exec) and the same result, without importing C(ansible.module_utils.basic) there, which costs a module
-    run most of its CPU on the target. Otherwise the module runs as usual.
-  - A direct run keeps the code it compiles on the target, by the SHA-256 digest of each source, in
-    C(/var/cache/trainops-pct-launch) (root; other users under C(~/.cache/trainops-pct-launch)); the variable
-    C(TRAINOPS_CODE_CACHE) in the target's environment names another folder, and empty turns it off. It is used
-    only from folders of the user's own that nobody else may write. Check mode keeps nothing.
-"""

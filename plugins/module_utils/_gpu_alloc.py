@@ -19,8 +19,9 @@ import os
 import re
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import GPU_LOCK, JOB_FILE
+
 _UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]+")
-LOCK_NAME = "gpus.lock"
 
 
 class GpuError(ValueError):
@@ -64,7 +65,7 @@ def describe(gpu: t.Mapping[str, t.Any]) -> str:
 def locked(run_root: str) -> t.Iterator[None]:
     """The container-wide lock of GPU choices (released when the process ends, however it ends)."""
     os.makedirs(run_root, mode=0o700, exist_ok=True)
-    fd = os.open(os.path.join(run_root, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(os.path.join(run_root, GPU_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -83,7 +84,7 @@ def held(run_root: str, alive: t.Callable[[str], bool], but: str) -> dict[str, s
         if name == but:
             continue
         try:
-            with open(os.path.join(run_root, name, "job.json"), encoding="utf-8") as handle:
+            with open(os.path.join(run_root, name, JOB_FILE), encoding="utf-8") as handle:
                 job = json.load(handle)
         except (OSError, ValueError):
             continue

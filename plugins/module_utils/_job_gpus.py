@@ -10,6 +10,7 @@ import os
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, allocate, held, locked
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import JOB_FILE
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import probe, read_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec
@@ -46,7 +47,7 @@ def gpu_lock(spec: LaunchSpec) -> t.ContextManager[None]:
 def running_gpus(run_dir: str) -> str:
     """The GPUs (UUIDs, comma-separated) the session's last start gave its job, from its job.json."""
     try:
-        job = json.loads(read_text(os.path.join(run_dir, "job.json")) or "{}")
+        job = json.loads(read_text(os.path.join(run_dir, JOB_FILE)) or "{}")
     except ValueError:
         return ""
     uuids = job.get("gpus") if isinstance(job, dict) else None

@@ -5,7 +5,7 @@
 The job's supervisor (in the target, without the collection) calls ``append`` when a launch's first
 attempt starts (``{"event": "start", ...}``) and when it ends (``{"event": "end", ...}``);
 ``tmux_session_info`` reads the file with ``read``, which merges each launch's two lines into one
-entry. It therefore imports nothing of the collection, only the standard library, and works with the
+entry. It therefore imports nothing of the collection but ``_job_layout``, and works with the
 target's Python 3.7 or later.
 
 ``append`` writes each line whole, under ``flock`` on the file, and never raises: a full disk, a
@@ -25,7 +25,8 @@ import pwd
 import time
 import typing as t
 
-ROOT_HISTORY = "/var/lib/trainops/history.jsonl"
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import ROOT_HISTORY, USER_HISTORY
+
 MAX_LINES = 3000
 KEEP_LAUNCHES = 1000
 LOCK_TIMEOUT = 10.0
@@ -37,7 +38,7 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def history_path(euid: int | None = None, home: str | None = None) -> str:
-    """``/var/lib/trainops/history.jsonl`` for root, ``HOME/.local/state/trainops/history.jsonl`` for another user."""
+    """``ROOT_HISTORY`` for root, ``HOME/.local/state/trainops/history.jsonl`` (``USER_HISTORY``) for another user."""
     euid = os.geteuid() if euid is None else euid
     if euid == 0:
         return ROOT_HISTORY
@@ -46,7 +47,7 @@ def history_path(euid: int | None = None, home: str | None = None) -> str:
             home = pwd.getpwuid(euid).pw_dir
         except KeyError:
             home = os.environ.get("HOME") or "/"
-    return os.path.join(home or "/", ".local", "state", "trainops", "history.jsonl")
+    return os.path.join(home or "/", *USER_HISTORY)
 
 
 # ---- append ----

@@ -14,7 +14,8 @@ import os
 import shutil
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import (
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import EXIT_FILE, EXIT_SUFFIX
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import (
     PROTOCOL,
     exit_record_path,
     write_whole,
@@ -32,10 +33,10 @@ class LogError(Exception):
 
 def _keep_exit_record(log_path: str, run_dir: str) -> None:
     """A record only ``RUN_DIR/exit`` kept goes to ``LOG.exit`` first, so that it moves with its log."""
-    copy = os.path.join(run_dir, "exit")
+    copy = os.path.join(run_dir, EXIT_FILE)
     if exit_record_path(log_path, run_dir) == copy:
         with open(copy, "rb") as handle:
-            write_whole(log_path + ".exit", handle.read().decode("utf-8", "surrogateescape"), 0o644)
+            write_whole(log_path + EXIT_SUFFIX, handle.read().decode("utf-8", "surrogateescape"), 0o644)
 
 
 def _move(source: str, target: str) -> None:
@@ -46,19 +47,19 @@ def _move(source: str, target: str) -> None:
 def rotate(log_path: str, keep: int, run_dir: str) -> str | None:
     """``LOG`` → ``LOG.1`` … ``LOG.KEEP`` (exit records alongside); the name the log got, if it existed."""
     _keep_exit_record(log_path, run_dir)
-    if not os.path.lexists(log_path) and not os.path.lexists(log_path + ".exit"):
+    if not os.path.lexists(log_path) and not os.path.lexists(log_path + EXIT_SUFFIX):
         return None
-    for suffix in ("", ".exit"):
+    for suffix in ("", EXIT_SUFFIX):
         try:
             os.unlink(f"{log_path}.{keep}{suffix}")
         except FileNotFoundError:
             pass
     for index in range(keep - 1, 0, -1):
         _move(f"{log_path}.{index}", f"{log_path}.{index + 1}")
-        _move(f"{log_path}.{index}.exit", f"{log_path}.{index + 1}.exit")
+        _move(f"{log_path}.{index}{EXIT_SUFFIX}", f"{log_path}.{index + 1}{EXIT_SUFFIX}")
     rotated = f"{log_path}.1" if os.path.lexists(log_path) else None
     _move(log_path, f"{log_path}.1")
-    _move(log_path + ".exit", f"{log_path}.1.exit")
+    _move(log_path + EXIT_SUFFIX, f"{log_path}.1{EXIT_SUFFIX}")
     return rotated
 
 
@@ -91,7 +92,7 @@ def prepare(log_path: str, mode: str, keep: int, run_dir: str, line: str) -> str
         if mode == "rotate":
             rotated = rotate(log_path, keep, run_dir)
         else:
-            remove_file(log_path + ".exit")
+            remove_file(log_path + EXIT_SUFFIX)
     except OSError as exc:
         raise LogError("start_failed", f"cannot rotate {log_path}: {exc.strerror or exc}") from None
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_EXCL if mode == "fail_if_exists" else 0)

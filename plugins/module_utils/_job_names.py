@@ -3,7 +3,7 @@
 """The rules for a session name and a log path, shared by ``tmux_session``'s spec and the modules that look at a session.
 
 ``wait_for_log`` and ``tmux_session_info`` check their options with ``name_and_log_errors`` and need nothing else of
-``_tmux_launch`` (whose imports cost a direct run some 25 ms of the target's CPU).
+``_tmux_launch`` (whose imports cost a module run some 25 ms of the target's CPU).
 """
 
 from __future__ import annotations

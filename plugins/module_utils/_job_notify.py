@@ -2,11 +2,11 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """The job's notifications: its events to ``notify_command`` and ``notify_url`` (docs/job-life.md, "Notifications").
 
-The supervisor (``RUN_DIR/parent.py`` in the target) makes a ``Notifier`` from the ``supervise`` settings of
+The supervisor (``_job_supervise``, in the job's pane in the target) makes a ``Notifier`` from the ``supervise`` settings of
 ``job.json``, calls ``send(event)`` on each state change and ``close()`` at the job's end. Each event goes out in a
 daemon thread of its own, so a notifier that fails or hangs never delays or harms the job; each failure is one line
 in ``RUN_DIR/notify.log``, which never names the URL (webhook URLs hold tokens). ``validate`` checks the settings
-before the launch. Like the supervisor, this file imports nothing of the collection and works with Python 3.7 or later.
+before the launch. Like the supervisor, this file imports nothing of the collection but ``_job_layout`` and works with Python 3.7 or later.
 
 The caller builds the event (docs/job-life.md: ``log_tail`` holds the log's last ``notify_lines`` lines); it is sent
 as it is, as JSON, with the values JSON cannot hold as their str().
@@ -28,6 +28,8 @@ import subprocess
 import threading
 import time
 import typing as t
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import NOTIFY_LOG
 
 STATES = ("started", "proven", "restarted", "stalled", "timeout", "finished", "failed")
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -217,7 +219,7 @@ class Notifier:
         self.command = settings.get("notify_command")
         self.url = settings.get("notify_url")
         self.states = {state for state in _states(settings) if isinstance(state, str)}
-        self.log_path = os.path.join(run_dir, "notify.log")
+        self.log_path = os.path.join(run_dir, NOTIFY_LOG)
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None

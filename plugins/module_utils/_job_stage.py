@@ -2,7 +2,7 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """The supervisor's files, staged in ``RUN_DIR`` of the target at each start (docs/job-life.md).
 
-``RUN_DIR/parent.py`` is ``_job_parent.py``; the supervisor it runs and the files that one imports
+``RUN_DIR/supervisor.py`` is ``_supervisor_entry.py``; the supervisor it runs and the files that one imports
 go to ``RUN_DIR/lib/ansible_collections/trainops/pct_launch/plugins/module_utils/`` with empty
 ``__init__.py`` files (a regular package, so that another ``ansible_collections`` installed in the
 target cannot shadow it), and are imported from there by their usual names. The sources come from the
@@ -18,10 +18,21 @@ import stat
 import types
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_notify, _job_parent, _job_supervise, _job_watch
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import write_whole
+from ansible_collections.trainops.pct_launch.plugins.module_utils import (
+    _job_end,
+    _job_history,
+    _job_layout,
+    _job_notify,
+    _job_process,
+    _job_supervise,
+    _job_watch,
+    _supervisor_entry,
+)
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LIB_DIR, SUPERVISOR_FILE
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import write_whole
 
-PROGRAM: tuple[types.ModuleType, ...] = (_job_parent, _job_supervise, _job_watch, _job_end, _job_notify, _job_history)
+# every module the supervisor imports, and those they import (a unit test imports them from the staged copy alone)
+PROGRAM: tuple[types.ModuleType, ...] = (_job_supervise, _job_watch, _job_end, _job_notify, _job_history, _job_process, _job_layout)
 PACKAGE = ("ansible_collections", "trainops", "pct_launch", "plugins", "module_utils")
 
 
@@ -38,12 +49,11 @@ def source_of(module: types.ModuleType) -> str:
 
 def program_files(run_dir: str) -> t.Iterator[tuple[str, str]]:
     """(path, text) of every file of the staged program."""
-    yield os.path.join(run_dir, "parent.py"), source_of(_job_parent)
-    folder = run_dir
-    for part in ("lib",) + PACKAGE:
+    yield os.path.join(run_dir, SUPERVISOR_FILE), source_of(_supervisor_entry)
+    folder = os.path.join(run_dir, LIB_DIR)
+    for part in PACKAGE:
         folder = os.path.join(folder, part)
-        if part != "lib":
-            yield os.path.join(folder, "__init__.py"), ""
+        yield os.path.join(folder, "__init__.py"), ""
     for module in PROGRAM:
         yield os.path.join(folder, module.__name__.rpartition(".")[2] + ".py"), source_of(module)
 

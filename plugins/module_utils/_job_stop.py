@@ -2,8 +2,8 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """Stop a job on the target: its signal to the job's process group, then KILL after the timeout.
 
-``RUN_DIR/stop_requested`` is written before the signal, so the parent records ``stopped_by=trainops``.
-When the session outlives its job's group (a parent that was itself killed), the session is killed and
+``RUN_DIR/stop_requested`` is written before the signal, so the supervisor records ``stopped_by=trainops``.
+When the session outlives its job's group (a supervisor that was itself killed), the session is killed and
 the exit record written here (``exit_status=137``) unless one exists.
 """
 
@@ -14,7 +14,8 @@ import signal
 import time
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import (
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import PGID_FILE, STOP_FILE
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import (
     exit_record_path,
     exit_record_text,
     now,
@@ -61,7 +62,7 @@ def _signal(pgid: int, name: str) -> None:
 
 def _pgid(run_dir: str) -> int | None:
     try:
-        with open(os.path.join(run_dir, "pgid"), encoding="ascii", errors="replace") as handle:
+        with open(os.path.join(run_dir, PGID_FILE), encoding="ascii", errors="replace") as handle:
             text = handle.read().strip()
     except OSError:
         return None
@@ -76,7 +77,7 @@ def _record_killed(spec: LaunchSpec, log_path: str, started_at: str) -> None:
 def stop(spec: LaunchSpec, target: Target, before: Before) -> dict[str, str]:
     """Stop the running session of ``spec``; facts ``killed``, ``exit_status``, ``stopped_log``. Raises JobError."""
     pgid = _pgid(spec.run_dir)
-    write_whole(os.path.join(spec.run_dir, "stop_requested"), spec.stop_signal + "\n", 0o600)
+    write_whole(os.path.join(spec.run_dir, STOP_FILE), spec.stop_signal + "\n", 0o600)
     killed = False
     if pgid is not None:
         _signal(pgid, spec.stop_signal)

@@ -2,7 +2,8 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """The supervisor in the job's tmux pane: attempts, restarts, the time limit, the stall watchdog (docs/job-life.md).
 
-``run(run_dir)`` is what ``RUN_DIR/parent.py`` runs. It starts the job (``_job_parent.start_job``),
+This file is the supervisor itself; ``RUN_DIR/supervisor.py`` (``_supervisor_entry``) is only its entry point,
+and ``_job_process`` what it does to the job's process. ``run(run_dir)`` starts the job (``_job_process.start_job``),
 watches it every ``TICK`` seconds (``_job_watch.Watch``), restarts it as ``supervise`` in job.json says, keeps
 ``RUN_DIR/state.json`` current, sends the notifications (``_job_notify``), and at the end classifies it
 (``_job_end``), writes the trailer and the exit record, and leaves the launch in the history
@@ -18,7 +19,8 @@ import time
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_notify
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent as parent
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process as process
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import PGID_FILE, PROVEN_FILE, STATE_FILE, attempt_error_file
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_watch import TICK, Watch, size_of
 
 STATE_EVERY = 2.0
@@ -61,18 +63,18 @@ class Supervisor:
         self.policy = policy_of(job)
         self.notifier = _job_notify.Notifier(self.policy, run_dir)
         self.first_start = time.monotonic()
-        self.state: dict[str, t.Any] = {"state": "starting", "since": parent.now(), "attempt": 0, "restarts": 0, "pid": None,
+        self.state: dict[str, t.Any] = {"state": "starting", "since": process.now(), "attempt": 0, "restarts": 0, "pid": None,
                                         "last_output_at": None, "last_progress_at": None, "next_restart_at": None,
                                         "stalled": False, "end_state": None, "reason": None}
         self.written = 0.0
         self.proven_sent = False
         self.children: list[int] = []
         self.received: list[int] = []
-        parent.forward_signals(self.children, self.received)
+        process.forward_signals(self.children, self.received)
 
     def set_state(self, state: str, event: str | None = None, **values: t.Any) -> None:
         """A new state: state.json now, and its notification."""
-        self.state.update(values, state=state, since=parent.now(), stalled=state == "stalled")
+        self.state.update(values, state=state, since=process.now(), stalled=state == "stalled")
         self.write_state()
         if event:
             self.notify(event)
@@ -80,11 +82,11 @@ class Supervisor:
     def write_state(self) -> None:
         """``RUN_DIR/state.json``."""
         self.written = time.monotonic()
-        parent.write_whole(os.path.join(self.run_dir, "state.json"), json.dumps(self.state, ensure_ascii=False), 0o644)
+        process.write_whole(os.path.join(self.run_dir, STATE_FILE), json.dumps(self.state, ensure_ascii=False), 0o644)
 
     def tick(self) -> None:
         """Between ticks: the proof's notification, state.json at most every ``STATE_EVERY`` s."""
-        if not self.proven_sent and os.path.exists(os.path.join(self.run_dir, "proven")):
+        if not self.proven_sent and os.path.exists(os.path.join(self.run_dir, PROVEN_FILE)):
             self.proven_sent = True
             self.notify("proven")
         if time.monotonic() - self.written >= STATE_EVERY:
@@ -94,8 +96,8 @@ class Supervisor:
         """Send the event (the notifier filters by ``notify_states`` and never raises)."""
         end = end or {}
         self.notifier.send({
-            "event": event, "session_name": self.name, "host": self.job.get("host") or parent.hostname(),
-            "attempt": self.state["attempt"], "attempts": self.state["attempt"], "time": parent.now(),
+            "event": event, "session_name": self.name, "host": self.job.get("host") or process.hostname(),
+            "attempt": self.state["attempt"], "attempts": self.state["attempt"], "time": process.now(),
             "started_at": self.job.get("started_at"), "exit_status": end.get("exit_status"), "end_state": end.get("end_state"),
             "cause": end.get("cause"), "reason": end.get("reason") or self.state.get("reason"), "log_path": self.log_path,
             "log_tail": self.log_tail()})
@@ -108,18 +110,18 @@ class Supervisor:
         """Start the next attempt and watch it: (status, how it ended, OOM kills during it)."""
         number = self.state["attempt"] + 1
         if number > 1:
-            parent.log_line(self.log, f"{parent.PROTOCOL}session={self.name} attempt={number} started_at={parent.now()}")
-        error_file = os.path.join(self.run_dir, f"attempt-{number}-error.json")
+            process.log_line(self.log, f"{process.PROTOCOL}session={self.name} attempt={number} started_at={process.now()}")
+        error_file = os.path.join(self.run_dir, attempt_error_file(number))
         extra = {"TRAINOPS_ATTEMPT": str(number), "TRAINOPS_RESTARTS": str(number - 1), "TRAINOPS_SESSION_NAME": self.name,
                  "TORCHELASTIC_ERROR_FILE": env.get("TORCHELASTIC_ERROR_FILE", error_file)}
         oom_before, size = _job_end.oom_kills(), size_of(self.log_path)
-        proc = parent.start_job(self.job, self.log, dict(env, **extra))
+        proc = process.start_job(self.job, self.log, dict(env, **extra))
         self.state.update(attempt=number, restarts=number - 1, next_restart_at=None)
         if isinstance(proc, int):
             self.set_state("running", pid=None)
             return proc, {}, 0
         self.children[:] = [proc.pid]
-        parent.write_pgid(self.run_dir, proc.pid)
+        process.write_pgid(self.run_dir, proc.pid)
         if number == 1:
             sys.stdout.write(f"trainops.pct_launch: session {self.name} runs pid {proc.pid}; output goes to {self.log_path}\n")
             sys.stdout.flush()
@@ -132,11 +134,11 @@ class Supervisor:
     def pause(self, seconds: float) -> bool:
         """Wait before a restart; False when a stop or the time limit came meanwhile."""
         self.set_state("restarting", next_restart_at=_iso_in(seconds), pid=None)
-        parent.log_line(self.log, f"{parent.PROTOCOL}session={self.name} attempt={self.state['attempt']} restart_in={seconds:g}s")
+        process.log_line(self.log, f"{process.PROTOCOL}session={self.name} attempt={self.state['attempt']} restart_in={seconds:g}s")
         deadline = time.monotonic() + seconds
         limit = float(self.policy["time_limit"])
         while time.monotonic() < deadline:
-            if parent.stop_signal_of(self.run_dir) is not None or (limit > 0 and time.monotonic() - self.first_start >= limit):
+            if process.stop_signal_of(self.run_dir) is not None or (limit > 0 and time.monotonic() - self.first_start >= limit):
                 return False
             time.sleep(min(TICK, max(0.0, deadline - time.monotonic())))
         return True
@@ -148,7 +150,7 @@ class Supervisor:
         status, flags, oom = self.attempt(env)
         while wants_restart(self.policy, status, flags, self.state["restarts"]) and self.pause(restart_delay(self.policy, self.state["restarts"] + 1)):
             status, flags, oom = self.attempt(env)
-        stop = parent.stop_signal_of(self.run_dir)
+        stop = process.stop_signal_of(self.run_dir)
         limit = float(self.policy["time_limit"])
         timed_out = bool(flags.get("timed_out")) or (limit > 0 and time.monotonic() - self.first_start >= limit)
         end = _job_end.classify(status, self.log_path, stopped=stop is not None, timed_out=timed_out,
@@ -156,11 +158,11 @@ class Supervisor:
                                 oom_kills_during=oom, error_file=self._error_file(env))
         end = dict(end, attempts=str(self.state["attempt"]), exit_status=status)
         end["reason"] = self._own_reason(end) or end.get("reason")
-        ended = parent.now()
-        parent.log_line(self.log, f"{parent.PROTOCOL}session={self.name} exit_status={status} ended_at={ended}")
-        record = parent.exit_record_text(self.name, status, str(self.job.get("started_at", "")), ended, stop, end)
-        parent.write_exit_record(self.run_dir, self.log_path, record)
-        parent.remove(os.path.join(self.run_dir, "pgid"))
+        ended = process.now()
+        process.log_line(self.log, f"{process.PROTOCOL}session={self.name} exit_status={status} ended_at={ended}")
+        record = process.exit_record_text(self.name, status, str(self.job.get("started_at", "")), ended, stop, end)
+        process.write_exit_record(self.run_dir, self.log_path, record)
+        process.remove(os.path.join(self.run_dir, PGID_FILE))
         self.set_state("ended", end_state=end["end_state"], reason=end.get("reason"), pid=None)
         _job_history.append(history, {"event": "end", **self._launch(), "ended_at": ended, "end_state": end["end_state"],
                                       "exit_status": status, "cause": end.get("cause"), "reason": end.get("reason"),
@@ -181,11 +183,11 @@ class Supervisor:
         return None
 
     def _launch(self) -> dict[str, t.Any]:
-        return {"session_name": self.name, "host": self.job.get("host") or parent.hostname(),
+        return {"session_name": self.name, "host": self.job.get("host") or process.hostname(),
                 "started_at": self.job.get("started_at"), "log_path": self.log_path}
 
     def _error_file(self, env: t.Mapping[str, str]) -> str:
-        return env.get("TORCHELASTIC_ERROR_FILE") or os.path.join(self.run_dir, f"attempt-{self.state['attempt']}-error.json")
+        return env.get("TORCHELASTIC_ERROR_FILE") or os.path.join(self.run_dir, attempt_error_file(self.state["attempt"]))
 
 
 def _iso_in(seconds: float) -> str:
@@ -194,7 +196,7 @@ def _iso_in(seconds: float) -> str:
 
 def run(run_dir: str) -> int:
     """Supervise the job of ``run_dir`` for its whole life; its last exit status."""
-    job = parent.load_job(run_dir)
-    env = parent.read_env(run_dir)  # deleted now, kept in memory for the restarts
+    job = process.load_job(run_dir)
+    env = process.read_env(run_dir)  # deleted now, kept in memory for the restarts
     with open(job["log_path"], "ab", buffering=0) as log:
         return Supervisor(run_dir, job, log).run(env)

@@ -16,7 +16,7 @@ import signal
 import time
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent as parent
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process as process
 
 # How often the supervisor looks (a stall is seen within its window plus one tick).
 TICK = 0.25
@@ -60,14 +60,14 @@ class Watch:
         if size == self.size:
             return
         self.size = size
-        self.sup.state["last_output_at"] = parent.now()
+        self.sup.state["last_output_at"] = process.now()
         if self.pattern is None:
             self._progress()
             return
         if size < self.offset:  # truncated or replaced
             self.offset, self.partial = 0, b""
         for line in self._new_lines():
-            if not line.startswith(parent.PROTOCOL.encode("ascii")) and self.pattern.search(line.decode("utf-8", "replace")):
+            if not line.startswith(process.PROTOCOL.encode("ascii")) and self.pattern.search(line.decode("utf-8", "replace")):
                 self._progress()
 
     def _new_lines(self) -> list[bytes]:
@@ -84,7 +84,7 @@ class Watch:
 
     def _progress(self) -> None:
         self.progress = time.monotonic()
-        self.sup.state["last_progress_at"] = parent.now()
+        self.sup.state["last_progress_at"] = process.now()
         if self.flags["stalled"] and self.sup.policy["stall_action"] == "record":
             self.flags["stalled"] = False
             self.sup.set_state("running")
@@ -113,14 +113,14 @@ class Watch:
 
     def run(self) -> tuple[int, dict[str, bool]]:
         """Watch until the attempt ends; its status and how it ended."""
-        pidfd = parent.pidfd_of(self.proc)  # sleep between ticks rather than poll: the job's end wakes the wait
+        pidfd = process.pidfd_of(self.proc)  # sleep between ticks rather than poll: the job's end wakes the wait
         try:
             while True:
-                status = parent.wait_job(self.proc, TICK, pidfd)
+                status = process.wait_job(self.proc, TICK, pidfd)
                 self.output()
                 self.sup.tick()
                 if status is not None:
-                    self.flags["stopped"] = parent.stop_signal_of(self.sup.run_dir) is not None
+                    self.flags["stopped"] = process.stop_signal_of(self.sup.run_dir) is not None
                     self.flags["signalled"] = bool(self.sup.received)  # the pane was told to end (tmux kill-session: HUP)
                     return status, self.flags
                 self.limits()

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""One chunk of ``wait_for_log`` on the host the log is on: what its module returns, and a direct run's entry.
+"""One chunk of ``wait_for_log`` on the host the log is on: what its module returns.
 
-The action plugin (``plugins/action/wait_for_log.py``) runs the chunks, through the module or, where it can, as a
-direct run (``plugin_utils/_direct_run.py``); both give the same result. Check mode records no proof of the start.
+The action plugin (``plugins/action/wait_for_log.py``) runs the chunks, each one run of the module; ``tmux_session``'s
+option ``wait`` runs the first one in its own run (``_tmux_run``). Check mode records no proof of the start.
 """
 
 from __future__ import annotations
@@ -27,9 +27,3 @@ def chunk(params: t.Mapping[str, t.Any], check_mode: bool) -> dict[str, t.Any]:
     if result["verdict"] in SUCCESS:
         return dict(result, changed=False, msg=message(result, params))
     return dict(result, failed=True, msg=message(result, params))
-
-
-def direct_run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> dict[str, t.Any]:
-    """A direct run's entry (``_direct_boot``): the chunk's result, as the module gives it."""
-    del diff
-    return chunk(params, check_mode)

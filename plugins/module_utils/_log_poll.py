@@ -29,9 +29,10 @@ import re
 import time
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import PROTOCOL, now, read_exit_record, write_whole
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, OPT_LOG, OPT_PROVEN, PROVEN_FILE, run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import PROTOCOL, now, read_exit_record, write_whole
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import pid_alive, show, tree
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root, session_state
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, session_state
 
 PROTO = PROTOCOL.encode("ascii")
 READ_MAX = 4 << 20
@@ -47,7 +48,7 @@ def find_pane(tmux: Tmux, session: str) -> tuple[str, int | None, str]:
     """(alive | ended | absent | tmux_missing, pane_pid of a live pane, @trainops_log)."""
     if not tmux.installed:
         return "tmux_missing", None, ""
-    out = tmux.display(session, _SEP.join(("#{pane_pid}", "#{pane_dead}", "#{@trainops_log}")))
+    out = tmux.display(session, _SEP.join(("#{pane_pid}", "#{pane_dead}", f"#{{{OPT_LOG}}}")))
     fields = (out or "").split(_SEP, 2)  # the log path, last, may hold the separator
     if len(fields) != 3 or not fields[0].isdigit():
         return "absent", None, ""
@@ -178,7 +179,7 @@ class _Watch:
         self.state, self.pid, opt_log = ("none", None, "")
         if self.session:
             self.state, self.pid, opt_log = find_pane(self.tmux, self.session)
-        self.log = params.get("log_path") or opt_log or (read_text(os.path.join(self.run_dir, "log_path")) if self.run_dir else "") or ""
+        self.log = params.get("log_path") or opt_log or (read_text(os.path.join(self.run_dir, LOG_PATH_FILE)) if self.run_dir else "") or ""
         # wait_until finished: the line that proved the start in this chunk, and whether the proof was recorded
         self.proof: bytes | None = None
         self.proof_recorded: bool | None = None
@@ -194,9 +195,9 @@ class _Watch:
     def mark_proven(self) -> bool:
         """Record that the start is proven: ``@trainops_proven`` on the session, and ``RUN_DIR/proven`` for its supervisor."""
         stamp = now()
-        recorded = self.tmux.set_option(self.session, "@trainops_proven", stamp)
+        recorded = self.tmux.set_option(self.session, OPT_PROVEN, stamp)
         if self.run_dir:
-            write_whole(os.path.join(self.run_dir, "proven"), stamp + "\n", 0o600)  # a failure changes nothing: no notification
+            write_whole(os.path.join(self.run_dir, PROVEN_FILE), stamp + "\n", 0o600)  # a failure changes nothing: no notification
         return recorded
 
     def prove(self, line: bytes) -> None:

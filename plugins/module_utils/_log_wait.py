@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import EXIT_SUFFIX, LOG_PATH_FILE, OPT_LOG
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import name_and_log_errors
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import to_int
 
@@ -195,8 +196,8 @@ def _last_lines(result: t.Mapping[str, t.Any]) -> str:
 
 def _log_state(result: t.Mapping[str, t.Any]) -> str:
     if not result["log_path"]:
-        return ("the log path is unknown (no @trainops_log, no /run/trainops/NAME/run.sh, and log_path is not set); "
-                "set log_path so that LOG.exit can tell how the job ended")
+        return (f"the log path is unknown (no {OPT_LOG}, no RUN_DIR/{LOG_PATH_FILE}, and log_path is not set); "
+                f"set log_path so that LOG{EXIT_SUFFIX} can tell how the job ended")
     if not result["log_exists"]:
         return f"log {result['log_path']} does not exist"
     return f"log {result['log_path']} exists ({result['log_size']} bytes) and has no such line"

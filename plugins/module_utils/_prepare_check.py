@@ -178,9 +178,3 @@ def report(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     needs = [result[key]["reason"] for key in ("tmux", "venv", "workdir") if not result[key]["ok"]]
     needs += [f"copy {dest}" for dest in result["files_to_copy"]]
     return dict(changed=False, prepared=not needs, needs=needs, **result)
-
-
-def direct_run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> dict[str, t.Any]:
-    """A direct run's entry (``_direct_boot``): the module's result (it only reads: check mode alike, no diff)."""
-    del check_mode, diff
-    return report(params)

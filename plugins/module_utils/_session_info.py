@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""``tmux_session_info``'s options and result, for the module's ``main()`` and for its direct run.
+"""``tmux_session_info``'s options and result, for the module's ``main()``.
 
-The module (``plugins/modules/tmux_session_info.py``) and the direct run (``plugins/plugin_utils/_direct_run.py``,
-``direct_run`` here) both validate the options with ``ARGUMENT_SPEC`` and ``RULES`` and return ``info``'s result.
+The module (``plugins/modules/tmux_session_info.py``) validates the options with ``ARGUMENT_SPEC`` and ``RULES`` and
+returns ``info``'s result.
 """
 
 from __future__ import annotations
@@ -37,9 +37,3 @@ def info(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     if params["history"]:
         result["history"] = launch_history(params["session_name"], params["history_limit"])
     return reportable(result)
-
-
-def direct_run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> dict[str, t.Any]:
-    """A direct run's entry (``_direct_boot``): the module's result (it only reads: check mode alike, no diff)."""
-    del check_mode, diff
-    return info(params)

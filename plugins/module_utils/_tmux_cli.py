@@ -19,20 +19,10 @@ import shutil
 import subprocess
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_path
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, OPT_PROVEN, OPT_SPEC, OPT_STARTED_AT, SPEC_FILE
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import CLEAN_PATH, exit_record_path
 
-RUN_ROOT = "/run/trainops"
-_PROBE_FORMAT = "#{pane_dead}:#{pane_pid}:#{@trainops_spec}:#{?@trainops_proven,1,0}:#{@trainops_started_at}"
-
-
-def run_root() -> str:
-    """``/run/trainops`` for root; for another user a folder of its own (``XDG_RUNTIME_DIR`` or ``/tmp``)."""
-    if os.geteuid() == 0:
-        return RUN_ROOT
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
-    if runtime.startswith("/") and os.path.isdir(runtime):
-        return os.path.join(runtime, "trainops")
-    return f"/tmp/trainops-{os.geteuid()}"
+_PROBE_FORMAT = f"#{{pane_dead}}:#{{pane_pid}}:#{{{OPT_SPEC}}}:#{{?{OPT_PROVEN},1,0}}:#{{{OPT_STARTED_AT}}}"
 
 
 def read_text(path: str) -> str | None:
@@ -173,7 +163,7 @@ def session_state(running: bool, log_path: str | None, run_dir: str | None, in_t
 def probe(tmux: Tmux, name: str, run_dir: str, log_path: str | None) -> Before:
     """What the session ``name`` is now; ``log_path`` (the task's, if any) decides finished/vanished."""
     before = Before()
-    recorded = read_text(os.path.join(run_dir, "log_path"))
+    recorded = read_text(os.path.join(run_dir, LOG_PATH_FILE))
     if tmux.installed and tmux.has_session(name):
         fields = (tmux.display(name, _PROBE_FORMAT) or "").split(":", 4)
         fields += [""] * (5 - len(fields))
@@ -187,7 +177,7 @@ def probe(tmux: Tmux, name: str, run_dir: str, log_path: str | None) -> Before:
     before.lingering = before.running and before.state != "running"  # the job is over, its supervisor ending
     before.running = before.state == "running"
     if before.running:
-        before.summary = read_text(os.path.join(run_dir, "spec"))
+        before.summary = read_text(os.path.join(run_dir, SPEC_FILE))
     return before
 
 

@@ -4,7 +4,8 @@
 
 ``launch(spec, check_mode)`` is ``tmux_session`` on its target: preflight, lock, probe, then the
 action, returning the facts ``_tmux_outcome`` turns into the result. It raises ``JobError`` with the protocol's error code.
-The job's parent in the pane is ``_job_parent.py``, copied to ``RUN_DIR/parent.py`` at each start.
+The job's parent in the pane is its supervisor: ``_supervisor_entry.py``, staged as ``RUN_DIR/supervisor.py`` at each
+start with the supervisor's modules (``_job_stage``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import environment
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log import LogError, chown_to, header, prepare, remove_file
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import hostname, now, read_exit_record, write_whole
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_gpus import choose_gpus, gpu_lock, running_gpus
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import history_path
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import EARLIER_SUPERVISOR_FILES, ENV_FILE, JOB_FILE, LEFTOVERS, LOCK_FILE
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, PGID_FILE, SPEC_FILE, STATE_FILE, SUPERVISOR_FILE
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import OPT_COMMAND, OPT_LOG, OPT_SPEC, OPT_STARTED_AT
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import hostname, now, read_exit_record, write_whole
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stage import stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_stop import group_alive, stop
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError, Target, check_room, preflight
@@ -47,7 +51,7 @@ def _lock(run_dir: str, seconds: float, name: str) -> int:
     old = os.umask(0o077)
     try:
         os.makedirs(run_dir, exist_ok=True)
-        fd = os.open(os.path.join(run_dir, "launch.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(os.path.join(run_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
         raise JobError("start_failed", f"cannot create {run_dir}: {exc.strerror or exc}") from None
     finally:
@@ -59,7 +63,7 @@ def _lock(run_dir: str, seconds: float, name: str) -> int:
             return fd
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise JobError("lock_timeout", f"another launch of session {name} holds {run_dir}/launch.lock") from None
+                raise JobError("lock_timeout", f"another launch of session {name} holds {run_dir}/{LOCK_FILE}") from None
             time.sleep(TICK)
 
 
@@ -80,7 +84,7 @@ def plan(spec: LaunchSpec, before: Before) -> str:
 
 def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping[str, t.Any]]) -> None:
     run_dir = spec.run_dir
-    for leftover in ("pgid", "stop_requested", "env", "exit", "proven", "state.json"):
+    for leftover in LEFTOVERS + EARLIER_SUPERVISOR_FILES:  # parent.py: the supervisor of an earlier release
         remove_file(os.path.join(run_dir, leftover))
     job = {"session_name": spec.session_name, "log_path": spec.log_path, "argv": job_argv(spec), "chdir": spec.chdir,
            "venv": spec.venv, "user": spec.user, "started_at": started_at, "host": hostname(),
@@ -88,32 +92,32 @@ def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping
     failed = stage(run_dir)
     if failed is not None:
         raise JobError("start_failed", f"cannot write {failed}")
-    files = [("job.json", json.dumps(job, ensure_ascii=False)),
-             ("spec", json.dumps(spec_summary(spec), sort_keys=True, ensure_ascii=True)), ("log_path", spec.log_path or "")]
+    files = [(JOB_FILE, json.dumps(job, ensure_ascii=False)),
+             (SPEC_FILE, json.dumps(spec_summary(spec), sort_keys=True, ensure_ascii=True)), (LOG_PATH_FILE, spec.log_path or "")]
     env = dict(spec.env, **(environment(chosen) if chosen else {}))
     if env:
-        files.append(("env", json.dumps(env, ensure_ascii=False)))
+        files.append((ENV_FILE, json.dumps(env, ensure_ascii=False)))
     for name, text in files:
         if not write_whole(os.path.join(run_dir, name), text, 0o600):
-            remove_file(os.path.join(run_dir, "env"))
+            remove_file(os.path.join(run_dir, ENV_FILE))
             raise JobError("start_failed", f"cannot write {name} in {run_dir}")
 
 
 def _new_session(spec: LaunchSpec, target: Target, started_at: str) -> str:
-    """Start the pane running the parent; its pane_pid."""
-    command = " ".join(shlex.quote(word) for word in (sys.executable or "python3", "-I", os.path.join(spec.run_dir, "parent.py"), spec.run_dir))
-    options = (("@trainops_spec", spec_hash(spec)), ("@trainops_started_at", started_at),
-               ("@trainops_log", spec.log_path or ""), ("@trainops_command", display_command(spec)))
+    """Start the pane running the supervisor; its pane_pid."""
+    command = " ".join(shlex.quote(word) for word in (sys.executable or "python3", "-I", os.path.join(spec.run_dir, SUPERVISOR_FILE), spec.run_dir))
+    options = ((OPT_SPEC, spec_hash(spec)), (OPT_STARTED_AT, started_at),
+               (OPT_LOG, spec.log_path or ""), (OPT_COMMAND, display_command(spec)))
     rc, pane_pid, err = target.tmux.new_session(spec.session_name, command, options)
     if rc != 0:
-        remove_file(os.path.join(spec.run_dir, "env"))
+        remove_file(os.path.join(spec.run_dir, ENV_FILE))
         raise JobError("start_failed", f"tmux new-session failed: {err.strip()}")
     return pane_pid
 
 
 def _wait_started(spec: LaunchSpec, target: Target) -> dict[str, str]:
     """Until the job's group exists or it already ended (at most START_WAIT s); ended: its exit record is there."""
-    pgid_file = os.path.join(spec.run_dir, "pgid")
+    pgid_file = os.path.join(spec.run_dir, PGID_FILE)
     log = spec.log_path or ""
     deadline = time.monotonic() + START_WAIT
     while not os.path.exists(pgid_file) and read_exit_record(log, spec.run_dir) is None and time.monotonic() < deadline:
@@ -138,7 +142,7 @@ def _attempt_over(pgid: str) -> bool:
 def _restarting(run_dir: str, pgid_file: str, pgid: str) -> bool:
     """Whether the supervisor waits to restart the job, or restarted it (another group)."""
     try:
-        state = json.loads(read_text(os.path.join(run_dir, "state.json")) or "{}")
+        state = json.loads(read_text(os.path.join(run_dir, STATE_FILE)) or "{}")
     except ValueError:
         state = {}
     return (isinstance(state, dict) and state.get("state") == "restarting") or (read_text(pgid_file) or "").strip() != pgid

@@ -24,11 +24,11 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names imp
     no_nul as _no_nul,
     session_name as _session_name,
 )
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import RUN_ROOT
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import SIGNALS, changed_settings, supervise_from_params
 
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
-RUN_DIR = "/run/trainops"
 ACTIONS = {"started": "start", "stopped": "stop", "restarted": "restart"}
 _SCRIPT_SUFFIX = re.compile(r"\.(py|sh|bash|pl|rb|js|R|jl|lua)$")
 _INTERPRETER = re.compile(r"(python[0-9.]*|pypy[0-9.]*|bash|sh|dash|zsh|ksh|perl|ruby|node|Rscript|julia|lua)")
@@ -54,7 +54,7 @@ class LaunchSpec(t.NamedTuple):
     log_keep: int = 5
     stop_signal: str = "TERM"
     stop_timeout: int = 30
-    run_root: str = RUN_DIR
+    run_root: str = RUN_ROOT
     # the supervisor's settings (docs/job-life.md), sorted (key, value) pairs: _job_policy.supervise_from_params
     supervise: tuple[tuple[str, t.Any], ...] = ()
     # the GPUs asked for (_gpu_alloc.parse_request), those a count must not take, and the nvidia-smi that lists them

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import hostname
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import hostname
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import (
     LaunchSpec,
     display_command,

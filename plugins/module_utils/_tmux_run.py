@@ -2,8 +2,8 @@
 # Copyright: Contributors to the trainops.pct_launch collection
 """``tmux_session`` on its host: its options and rules, and what one run of it returns.
 
-The module (``plugins/modules/tmux_session.py``) and a direct run (``plugin_utils/_direct_run.py``, this file's
-``direct_run``) both validate the options with ``ARGUMENT_SPEC`` and ``RULES`` and return ``run``'s result.
+The module (``plugins/modules/tmux_session.py``) validates the options with ``ARGUMENT_SPEC`` and ``RULES`` and
+returns ``run``'s result.
 
 With the option ``wait``, a run that started the job goes on with the first chunk of its proof (``_log_chunk``, at most
 ``CHUNK_SECONDS``) in the same process: a job that proves its start at once costs one run, one ``pct exec``, for the
@@ -16,8 +16,9 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import ARGUMENT_SPEC as SUPERVISE_SPEC
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import CHUNK_SECONDS, WAIT_SPEC, wait_option_errors
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable, run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, spec_from_params
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import failure, result, where
@@ -92,8 +93,3 @@ def first_proof_chunk(params: t.Mapping[str, t.Any], outcome: t.Mapping[str, t.A
         return chunk(chunk_params, check_mode=False)
     except Exception as exc:  # pylint: disable=broad-exception-caught  # the start's result must reach the controller
         return {"first_chunk_error": f"{type(exc).__name__}: {exc}"}  # which waits without this chunk
-
-
-def direct_run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool = False) -> dict[str, t.Any]:
-    """A direct run's entry (``_direct_boot``): the module's result."""
-    return run(params, check_mode, diff)

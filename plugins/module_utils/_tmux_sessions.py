@@ -20,29 +20,29 @@ import typing as t
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import as_int, as_text, history_path
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import read as read_history
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import name_and_log_errors
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import exit_record_path, read_exit_record
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, OPT_COMMAND, OPT_LOG, OPT_STARTED_AT, STATE_FILE, run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import exit_record_path, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import tail
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import show
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, run_root, session_state
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, session_state
 
 MAX_LINE_BYTES = 4000
 MAX_LINES = 10000
 MAX_HISTORY = 1000
-STATE_FILE = "state.json"
 # The keys of the end, from state.json while the job runs, from the exit record once it ended.
 _END_KEYS = ("end_state", "cause", "reason", "signal")
 
 _SEP = "\037"
 _FIELDS = ("session_name", "pane_pid", "pane_dead", "pane_dead_status", "session_created")
 # The last field may hold the separator (a command line can).
-_OPTIONS = ["#{?@trainops_log,1,0}", "#{@trainops_started_at}", "#{@trainops_command}", "#{pane_start_command}"]
+_OPTIONS = [f"#{{?{OPT_LOG},1,0}}", f"#{{{OPT_STARTED_AT}}}", f"#{{{OPT_COMMAND}}}", "#{pane_start_command}"]
 _FORMAT = _SEP.join([f"#{{{name}}}" for name in _FIELDS] + _OPTIONS)
 
 
 def live_state(run_dir: str | None, log_path: str) -> dict[str, t.Any] | None:
     """The supervisor's ``RUN_DIR/state.json`` when that run dir belongs to the launch that writes ``log_path``;
     None when it is missing, partial, not a JSON object or of another launch."""
-    if not run_dir or not log_path or read_text(os.path.join(run_dir, "log_path")) != log_path:
+    if not run_dir or not log_path or read_text(os.path.join(run_dir, LOG_PATH_FILE)) != log_path:
         return None
     text = read_text(os.path.join(run_dir, STATE_FILE))
     try:
@@ -82,7 +82,7 @@ def in_tmux(tmux: Tmux, target: str, root: str, lines: int) -> dict[str, t.Any] 
     run_dir, log = None, ""
     if fields[5] == "1":
         run_dir = os.path.join(root, fields[0])
-        log = read_text(os.path.join(run_dir, "log_path")) or tmux.display_target(target + ":", "#{@trainops_log}") or ""
+        log = read_text(os.path.join(run_dir, LOG_PATH_FILE)) or tmux.display_target(target + ":", f"#{{{OPT_LOG}}}") or ""
         _files(facts, log, run_dir, lines)
     facts["state"] = session_state(fields[2] != "1", log, run_dir, in_tmux=True,
                                    pane_dead_status=fields[3] if fields[5] != "1" else None)
@@ -110,7 +110,7 @@ def report(session_name: str | None, log_path: str | None, lines: int) -> tuple[
     if session_name:
         facts = in_tmux(tmux, f"={session_name}", root, lines) if status == "running" and tmux.has_session(session_name) else None
         if facts is None:
-            facts = gone(session_name, log_path or read_text(os.path.join(root, session_name, "log_path")) or "", root, lines)
+            facts = gone(session_name, log_path or read_text(os.path.join(root, session_name, LOG_PATH_FILE)) or "", root, lines)
         return status, [facts]
     found: list[dict[str, t.Any]] = []
     if status == "running":
@@ -118,7 +118,7 @@ def report(session_name: str | None, log_path: str | None, lines: int) -> tuple[
         found = [facts for facts in (in_tmux(tmux, sid, root, lines) for sid in ids) if facts is not None]
     seen = {facts["session"] for facts in found}
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        log = read_text(os.path.join(root, name, "log_path"))
+        log = read_text(os.path.join(root, name, LOG_PATH_FILE))
         if name not in seen and os.path.isdir(os.path.join(root, name)) and log:
             found.append(gone(name, log, root, lines))
     return status, found

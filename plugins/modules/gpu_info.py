@@ -121,15 +121,11 @@ node:
   description:
     - The node's view, C(gpus), C(driver_version), C(error) and C(processes) (each with C(pid), C(gpu_uuid), C(process_name),
       C(used_memory) in MiB, and C(vmid), the container it runs in, null for the node itself).
+    - On a container of the C(trainops.pct_launch.pct) connection, the node is asked once per container and task
+      (each container of a node asks it for itself).
     - On a host that is no container of the C(trainops.pct_launch.pct) connection, the host's own view.
   returned: always
   type: dict
-node_shared:
-  description:
-    - Whether RV(node) is the answer the node gave another host of this task (the node is asked once per node and
-      task in a run; a failed answer is not shared). False on a host that is no container of the C(trainops.pct_launch.pct) connection.
-  returned: always
-  type: bool
 device_files:
   description: NVIDIA's device files on the target, each with C(path), C(present) and C(char_device).
   returned: always
@@ -183,7 +179,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, held, parse_request
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_smi import device_files, gpus, library_versions, processes
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, probe, run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, probe
 
 ARGUMENT_SPEC = dict(
     gpus=dict(type="raw"),

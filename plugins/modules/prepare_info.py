@@ -25,7 +25,6 @@ description:
   - It only reads.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
-  - trainops.pct_launch.on_target.direct_run
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.info_module
   - trainops.pct_launch.attributes.action

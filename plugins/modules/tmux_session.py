@@ -21,12 +21,12 @@ description:
     (role C(trainops.pct_launch.tmux)); O(chdir), O(venv), the directory of O(log_path) and the script the command
     starts (when its first word, or the script argument of an interpreter such as C(python) or C(bash), names a file)
     must exist. Nothing is started when a check fails.
-  - The job runs under a small parent process (C(/run/trainops/NAME/parent.py); C(/run/trainops) is for root, another
+  - The job runs under its supervisor (C(/run/trainops/NAME/supervisor.py); C(/run/trainops) is for root, another
     user of an C(ssh) host gets a folder in C(XDG_RUNTIME_DIR) or C(/tmp))
     in its own process group, with standard input C(/dev/null) and standard output and error appended to O(log_path).
     The log's first line is a header written before the job starts
     (C(### trainops.pct_launch) followed by the session name, start time, host and command, never environment values);
-    when the job ends, the parent appends a trailer line and writes C(LOG.exit) with the exit status.
+    when the job ends, the supervisor appends a trailer line and writes C(LOG.exit) with the exit status.
   - The job gets a clean environment (C(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), C(HOME), C(USER),
     C(LOGNAME), C(LANG=C.UTF-8)), then O(env), then O(venv). Nothing of the connection's or the tmux server's environment leaks in.
   - Idempotent. A session of that name running the same job spec (command or argv, O(chdir), O(env), O(venv), O(user),
@@ -38,7 +38,6 @@ description:
   - See C(docs/launch-protocol.md) in the collection for the files it writes and the tmux options it sets.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
-  - trainops.pct_launch.on_target.direct_run
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.action
 options:
@@ -331,7 +330,7 @@ options:
 attributes:
   action:
     details:
-      - The action plugin refuses O(env) when the task is not pipelined, then runs the module (a direct run where it can, see the notes).
+      - The action plugin refuses O(env) when the task is not pipelined, then runs the module.
   check_mode:
     support: full
     details:

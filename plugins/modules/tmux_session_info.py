@@ -28,10 +28,8 @@ description:
   - With O(history=true), the result also has the target's history of launches, RV(history).
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
-  - trainops.pct_launch.on_target.direct_run
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.info_module
-  - trainops.pct_launch.attributes.action
 options:
   session_name:
     description:

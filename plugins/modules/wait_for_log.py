@@ -31,7 +31,6 @@ description:
   - O(pattern) and O(fail_pattern) are Python regular expressions (module C(re)), checked on the controller before anything runs on the target.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
-  - trainops.pct_launch.on_target.direct_run
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.action
 options:

@@ -232,19 +232,6 @@ def ssh_argv(target: PctTarget, remote_line: str) -> list[str]:
     return argv
 
 
-def ssh_master_argv(target: PctTarget, operation: str) -> list[str]:
-    """ssh argv for the node's shared connection: ``check`` (is a master up: exit status 0) or ``open`` (a master in the background).
-
-    The same options as ``ssh_argv``'s, so that ssh computes the same ControlPath; ``open`` is ``-f -N``: ssh authenticates,
-    then goes to the background as the master, which ControlPersist keeps while it is idle.
-    """
-    if operation not in ("check", "open"):
-        raise ValueError(f"unknown ssh master operation {operation!r}")
-    argv = ssh_argv(target, "true")[:-3]  # without the node, "--" and the command line
-    tail = ["-O", "check"] if operation == "check" else ["-f", "-N"]
-    return [*argv, *tail, target.node or ""]
-
-
 def on_node_argv(target: PctTarget, argv: t.Sequence[str], env: t.Mapping[str, str]) -> list[str]:
     """argv to run on the controller so that ``argv`` runs on the node: itself locally, else ``ssh ... 'env -i -C / VARS... argv...'``."""
     if not argv:

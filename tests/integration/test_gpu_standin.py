@@ -130,8 +130,8 @@ def test_library_mismatch_fails_like_nvidia(standin: StandinNode, ct: int) -> No
         install_in_container(standin, ct, GPUS)
 
 
-def test_one_node_query_per_task_for_two_containers(tmp_path: Path, standin: StandinNode, ct: int, node_smi: Path) -> None:
-    """Two containers of one node, a play of two gpu_info tasks: the node is asked once per task, both hosts get its report."""
+def test_each_container_asks_its_node(tmp_path: Path, standin: StandinNode, ct: int, node_smi: Path) -> None:
+    """Two containers of one node, a play of two gpu_info tasks: each container asks the node for itself, per task."""
     standin.create(SECOND_CT)
     install_in_container(standin, SECOND_CT, GPUS)
     pid = gpu_process_in_container(standin, ct, GPU_UUIDS[0], 1024, state_of(node_smi))
@@ -143,14 +143,15 @@ def test_one_node_query_per_task_for_two_containers(tmp_path: Path, standin: Sta
     tasks = [{"name": name, "trainops.pct_launch.gpu_info": {"node_nvidia_smi": str(wrapper)}} for name in ("first", "second")]
     run = run_tasks(tmp_path, hosts, tasks, options=("-vvv", "--forks", "2"))
     queries = [line for line in calls.read_text(encoding="utf-8").splitlines() if line.startswith("--query-gpu=")]
-    assert len(queries) == 2, (queries, run.proc.stdout[-4000:])  # one per task, not one per host and task
-    assert len([line for line in run.proc.stdout.splitlines() if " NODE EXEC " in line]) == 2, run.proc.stdout[-4000:]
+    assert len(queries) == 4, (queries, run.proc.stdout[-4000:])  # one per host and task: hosts share no answers
+    assert len([line for line in run.proc.stdout.splitlines() if " NODE EXEC " in line]) == 4, run.proc.stdout[-4000:]
     for task in ("first", "second"):
         mine, theirs = run.result(task, f"ct{ct}"), run.result(task, f"ct{SECOND_CT}")
         assert not mine.get("failed") and not theirs.get("failed"), (mine, theirs)
-        assert mine["node"] == theirs["node"] and pid in [p["pid"] for p in mine["node"]["processes"]], mine["node"]
-        assert sorted((mine["node_shared"], theirs["node_shared"])) == [False, True]
-        # one report, judged for each container (an earlier test's process in 670 may still be there)
+        for report in (mine["node"], theirs["node"]):  # asked twice: the same node's view
+            assert pid in [p["pid"] for p in report["processes"]] and report["gpus"] == mine["node"]["gpus"], report
+        assert "node_shared" not in mine and "node_shared" not in theirs
+        # the node's report, judged for each container (an earlier test's process in 670 may still be there)
         assert [f["kind"] for f in mine["busy"] if f["pid"] == pid] == ["this_container"], mine["busy"]
         assert [f["kind"] for f in theirs["busy"] if f["pid"] == pid] == ["other_container"], theirs["busy"]
     kill_gpu_process(pid)

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""prepare_info on a stand-in container through the pct connection: its direct run and the module's run agree.
+"""prepare_info on a stand-in container through the pct connection: one ordinary module run, pipelined or not.
 
 The container's interpreter is files/record_stdin.sh (pushed to /usr/local/bin/record-python), which keeps what
-python3 reads on its standard input: a direct run sends the boot program (``_direct_boot``), a pipelined module
-AnsiballZ, a module that is not pipelined nothing. The stand-in's call log counts the task's ``pct`` calls.
+python3 reads on its standard input: a pipelined module sends AnsiballZ (its shebang first), a module that is not
+pipelined nothing. The stand-in's call log counts the task's ``pct`` calls.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ CT = 257
 HOST = f"ct{CT}"
 RECORDER = Path(__file__).resolve().parent / "files" / "record_stdin.sh"
 RECORDING_PYTHON = "/usr/local/bin/record-python"
-BOOT_MARK = "The program a module's direct run sends to its target"
+ANSIBALLZ_START = f"#!{RECORDING_PYTHON}"
 CHECK = {"tmux_min_version": "3.0", "workdir": "/w", "venv_path": "/opt/no-venv", "venv_requirements": ["numpy"],
          "files": [{"src": "job.py", "dest": "/w/job.py", "mode": "0644"}]}
 
@@ -74,28 +74,28 @@ def verdict(run: PlayRun) -> dict[str, t.Any]:
     return result
 
 
-def test_a_pipelined_check_runs_directly_in_one_pct_exec(ct: int, tmp_path: Path) -> None:
+def test_a_pipelined_check_is_one_module_run_in_one_pct_exec(ct: int, tmp_path: Path) -> None:
     run, calls, stdin = check(tmp_path, CHECK)
     assert run.proc.returncode == 0, run.proc.stdout
-    assert calls == 1 and len(stdin) == 1 and stdin[0].startswith("# SPDX") and BOOT_MARK in stdin[0], (calls, stdin)
+    assert calls == 1 and len(stdin) == 1 and stdin[0].startswith(ANSIBALLZ_START), (calls, stdin)
     result = verdict(run)
     assert result["prepared"] is False and result["tmux"]["ok"] is True and result["workdir"] == {"ok": True, "reason": ""}
     assert result["needs"] == ["no venv at /opt/no-venv", "copy /w/job.py"], result
 
 
 def test_the_module_gives_the_same_report_where_the_task_is_not_pipelined(ct: int, tmp_path: Path) -> None:
-    direct, _calls, stdin = check(tmp_path, CHECK)
+    piped, _calls, stdin = check(tmp_path, CHECK)
     module, calls, module_stdin = check(tmp_path, CHECK, ansible_pipelining=False)
-    assert BOOT_MARK in stdin[0] and module_stdin == [""], "the module runs from a file it copied in, its stdin empty"
+    assert stdin[0].startswith(ANSIBALLZ_START) and module_stdin == [""], "the module runs from a file it copied in, its stdin empty"
     assert calls > 1, "a module that is not pipelined is copied in first"
-    assert verdict(module) == verdict(direct)
+    assert verdict(module) == verdict(piped)
 
 
 def test_check_mode_reports_the_same_and_writes_nothing(ct: int, tmp_path: Path, standin: StandinNode) -> None:
     before = written(standin)
     normal, _calls, _stdin = check(tmp_path, CHECK)
     checked, calls, stdin = check(tmp_path, CHECK, options=["--check", "--diff"])
-    assert calls == 1 and BOOT_MARK in stdin[0]
+    assert calls == 1 and stdin[0].startswith(ANSIBALLZ_START)
     assert verdict(checked) == verdict(normal) and checked.result("check", HOST)["changed"] is False
     assert written(standin) == before
 
@@ -104,16 +104,19 @@ def test_check_mode_reports_the_same_and_writes_nothing(ct: int, tmp_path: Path,
     ({"bogus": 1}, "Unsupported parameters for (trainops.pct_launch.prepare_info) module: bogus. Supported parameters include: files,"),
     ({"venv_site_packages": "maybe"}, "argument 'venv_site_packages' is of type str and we were unable to convert to bool"),
 ])
-def test_a_wrong_option_is_named_before_any_pct_call(ct: int, tmp_path: Path, wrong: dict[str, t.Any], start: str) -> None:
-    run, calls, stdin = check(tmp_path, dict(CHECK, **wrong))
+def test_a_wrong_option_is_named_and_nothing_is_written(ct: int, tmp_path: Path, standin: StandinNode, wrong: dict[str, t.Any],
+                                                         start: str) -> None:
+    before = written(standin)
+    run, calls, _stdin = check(tmp_path, dict(CHECK, **wrong))
     result = run.result("check", HOST)
-    assert result["status"] == "failed" and calls == 0 and stdin == [], (calls, result)
+    assert result["status"] == "failed" and calls == 1, (calls, result)  # the module's own check, in its one pct exec
+    assert written(standin) == before
     assert result["msg"].startswith(start), result["msg"]
 
 
 def test_an_interpreter_ansible_must_discover_runs_the_module_first(ct: int, tmp_path: Path) -> None:
-    # ansible_python_interpreter left at auto: Ansible discovers /usr/bin/python3 (a call of its own), and the first
-    # module run is the module; later tasks of the run know the interpreter and run directly.
+    # ansible_python_interpreter left at auto: Ansible discovers /usr/bin/python3 (a call of its own); both runs
+    # report the same.
     folder = tmp_path / "auto"
     calls = folder / "calls.jsonl"
     folder.mkdir()

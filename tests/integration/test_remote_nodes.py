@@ -41,7 +41,7 @@ import yaml
 
 from .conftest import REPO
 from .nodes import RemoteNodes, host_block
-from .playbook_results import FLEET_LAUNCH_TASK, exec_calls, launch_proof, launch_results, task_results
+from .playbook_results import LAUNCH_TASK, exec_calls, launch_proof, launch_results, task_results
 
 pytestmark = pytest.mark.integration
 
@@ -321,7 +321,7 @@ def test_launch_on_two_nodes(fleet: RemoteNodes, runner: Runner, tmp_path: Path)
     seconds = time.monotonic() - started
     assert proc.returncode == 0, output(proc)
     for host, vmid, node in (("ct320", CT_A, "pve-a"), ("ct321", CT_B, "pve-b")):
-        launch = launch_results(results, host)[-1]  # the two containers' launch is one task (fleet_run)
+        launch = launch_results(results, host)[-1]
         assert launch["changed"] is True and launch["pane_pid"], launch
         wait = launch_proof(results, host)
         assert wait is not None and launch["proven"] is True, output(proc)
@@ -343,7 +343,7 @@ def test_launch_on_two_nodes(fleet: RemoteNodes, runner: Runner, tmp_path: Path)
         # launch + verify: one pct exec, tmux_session's, in which its wait's first chunk saw the pattern
         host = f"ct{vmid}"
         per_task = exec_calls(proc.stdout, host)
-        assert per_task.get(FLEET_LAUNCH_TASK) == 1 and "Start the job in its detached tmux session" not in per_task, per_task
+        assert per_task.get(LAUNCH_TASK) == 1, per_task
         assert "Wait for the job's log to prove it started" not in per_task, per_task
         assert launch_proof(results, host)["pct_calls"] == 0, launch_proof(results, host)
         assert "pct status" not in kinds, kinds  # the preflight's first pct exec proves the container runs (playbooks/preflight.yml)
@@ -544,33 +544,41 @@ def test_control_persist(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> 
           f"ratio plain / shipped {seconds['plain'] / seconds['as shipped']:.2f}")
 
 
-def test_a_cold_fleet_makes_one_handshake_per_node(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> None:
-    """8 hosts of one node, forks 8, no master open: one ssh authenticates, every other call goes through its master.
+def test_later_pct_calls_to_a_node_reuse_its_control_master(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> None:
+    """3 hosts of one node, forks 1, no master open: the first call authenticates, every later one goes through its socket.
 
-    Regression (found by benchmarks/run.sh, fixed in plugin_utils/_ssh_master.py): the 8 workers of the first task
-    started together, each found no master yet, and each made a handshake of its own. ssh logs every call (``-v``,
-    ``-E``, through pct_ssh_executable); a call that authenticated says "Authenticated to".
+    ssh's own connection sharing (``pct_ssh_control_persist``, ControlMaster=auto), nothing of the collection's: every
+    call is one ssh process with the node and ``--`` (no ``-O check``, no ``-f -N`` opened beforehand). ssh logs every
+    call (``-v``, ``-E``, through pct_ssh_executable); a call that authenticated says "Authenticated to", a call
+    through the master's socket "mux_client_request_session".
     """
     logs = tmp_path / "ssh-logs"
     logs.mkdir()
     wrapper = tmp_path / "ssh-logged"
-    wrapper.write_text(f'#!/bin/sh\nexec ssh -E "{logs}/ssh.$$.log" -v "$@"\n', encoding="utf-8")
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{logs}/argv"\nexec ssh -E "{logs}/ssh.$$.log" -v "$@"\n',
+                       encoding="utf-8")
     wrapper.chmod(0o755)
-    control_dir = Path(tempfile.mkdtemp(prefix="rn-one-", dir="/tmp"))
-    hosts = {f"ct320-{n}": {"pct_vmid": CT_A, "pct_node": "pve-a"} for n in range(8)}
+    control_dir = Path(tempfile.mkdtemp(prefix="rn-mux-", dir="/tmp"))
+    hosts = {f"ct320-{n}": {"pct_vmid": CT_A, "pct_node": "pve-a"} for n in range(3)}
     inventory = write_inventory(tmp_path / "inventory.yml", fleet.ssh_config, hosts, nodes=(),
                                 container_vars={"pct_ssh_executable": str(wrapper), "pct_ssh_control_path_dir": str(control_dir)})
     tasks = [{"name": "Ping", "ansible.builtin.ping": {}}, {"name": "Ping again", "ansible.builtin.ping": {}}]
     try:
-        proc, results = runner.play(inventory, tasks, "training", "--forks", "8")
+        proc, results = runner.play(inventory, tasks, "training", "--forks", "1")
         assert proc.returncode == 0, output(proc)
         assert all(task_result(results, "Ping again", host)["ping"] == "pong" for host in hosts)
-        texts = [path.read_text(encoding="utf-8", errors="replace") for path in sorted(logs.iterdir())]
+        calls = (logs / "argv").read_text(encoding="utf-8").splitlines()
+        assert len(calls) >= 6 and all(" pve-a -- " in call for call in calls), calls  # 6 module calls, nothing else
+        texts = [path.read_text(encoding="utf-8", errors="replace") for path in sorted(logs.glob("ssh.*.log"))]
         authenticated = [text for text in texts if "Authenticated to" in text]
+        others = [text for text in texts if "Authenticated to" not in text]
         assert len(authenticated) == 1, f"{len(authenticated)} of {len(texts)} ssh calls authenticated"
-        assert len(texts) >= 16 + 2, len(texts)  # 16 module calls, the check and the master
+        assert others and all("mux_client_request_session" in text for text in others), "an ssh call neither authenticated nor used the master"
+        check = subprocess.run(["ssh", "-F", str(fleet.ssh_config), "-o", f"ControlPath={control_dir}/pct-%C", "-O", "check", "pve-a"],
+                               capture_output=True, text=True, timeout=30, check=False)
+        assert check.returncode == 0, f"no master left for pve-a (ControlPersist): {check.stderr}"
     finally:
         subprocess.run(["ssh", "-F", str(fleet.ssh_config), "-o", f"ControlPath={control_dir}/pct-%C", "-O", "exit", "pve-a"],
                        capture_output=True, timeout=30, check=False)
         shutil.rmtree(control_dir, ignore_errors=True)
-    print(f"\n8 hosts, forks 8, cold: {len(texts)} ssh calls, {len(authenticated)} authenticated")
+    print(f"\n3 hosts of one node, forks 1, cold: {len(texts)} ssh calls, {len(authenticated)} authenticated")

@@ -10,7 +10,7 @@ that crashes. It must never appear:
 
 (a) on the process list (``ps -eo args`` and /proc/*/cmdline polled in a thread on the node, which
     sees the container's processes too; every ``execve`` of the ``pct`` calls and of what they start
-    in the container, the tmux server, the job's parent and the job, recorded with strace through a
+    in the container, the tmux server, the job's supervisor and the job, recorded with strace through a
     ``pct_path`` wrapper when the node has strace), and in no process's environment but the job's;
 (b) in Ansible's output, at verbosity 0 and -vvvv, with and without task-level ``no_log``, with
     --diff, nor in the task results;
@@ -380,7 +380,7 @@ def test_secret_not_in_any_exec_file_tmux_or_exit_file(node: StandinNode, traced
         pytest.skip("no strace on this node: execve records not checked (process list and files were)")
     execs = [line for line in traces.split(b"\n") if b"execve" in line and b"= 0" in line]
     for session in (b"ip-long", b"ip-bytes"):
-        assert any(b"/run/trainops/" + session + b"/parent.py" in line for line in execs), f"strace did not see the parent of {session!r}"
+        assert any(b"/run/trainops/" + session + b"/supervisor.py" in line for line in execs), f"strace did not see the supervisor of {session!r}"
     assert any(b'"sleep", "600"' in line for line in execs), "strace did not see the job"
     assert not secret.found_in(traces) and not raw_secret.found_in(traces), [line for line in execs if secret.found_in(line) or raw_secret.found_in(line)]
     print(f"strace: {len(execs)} execve calls recorded, none with a secret; {watcher.snapshots} process-list snapshots "

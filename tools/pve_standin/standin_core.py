@@ -37,7 +37,11 @@ PVE_PATH = "/sbin:/bin:/usr/sbin:/usr/bin"
 RELEASES = {"bullseye": "11", "bookworm": "12", "trixie": "13"}
 DEFAULT_RELEASE = "bookworm"
 IMAGE_PACKAGES = ("python3", "ca-certificates", "systemd-sysv", "procps")
-KNOB_ENV = {"pty": "PVE_STANDIN_PTY", "delay": "PVE_STANDIN_DELAY", "call_log": "PVE_STANDIN_CALL_LOG"}
+KNOB_ENV = {"pty": "PVE_STANDIN_PTY", "delay": "PVE_STANDIN_DELAY", "delay_mode": "PVE_STANDIN_DELAY_MODE",
+            "call_log": "PVE_STANDIN_CALL_LOG"}
+# How a call spends its delay: ``sleep`` waits it out; ``cpu`` burns that much CPU time in a busy loop, as real pct
+# (Perl loading the PVE stack on every call) does, so that on a busy machine the call takes longer than the delay.
+DELAY_MODES = ("sleep", "cpu")
 VMID_RE = re.compile(r"^[1-9][0-9]{2,8}$")
 USAGE = {
     "exec": "pct exec <vmid> [<extra-args>] [OPTIONS]",
@@ -91,10 +95,11 @@ class Call:
 
 @dataclasses.dataclass
 class Knobs:
-    """Test knobs: a pty for exec, a delay per call, a log of every call."""
+    """Test knobs: a pty for exec, a delay per call (slept or burnt as CPU time), a log of every call."""
 
     pty: bool = False
     delay: float = 0.0
+    delay_mode: str = "sleep"
     call_log: str = ""
 
     @classmethod
@@ -110,11 +115,25 @@ class Knobs:
         for key, var in KNOB_ENV.items():
             if var in environ:
                 values[key] = environ[var]
+        delay_mode = values.get("delay_mode", "").strip().lower() or "sleep"
+        if delay_mode not in DELAY_MODES:
+            var = KNOB_ENV["delay_mode"]
+            where = var if var in environ else f"delay_mode in {conf} ({var} unset)"
+            raise PctError(f"invalid stand-in knob {where}: '{values['delay_mode']}' is not one of "
+                           f"{', '.join(DELAY_MODES)}")
         return cls(
             pty=values.get("pty", "0").lower() in ("1", "true", "yes", "on"),
             delay=float(values.get("delay", "0") or 0),
+            delay_mode=delay_mode,
             call_log=values.get("call_log", ""),
         )
+
+
+def burn_cpu(seconds: float) -> None:
+    """Spin until this process has used ``seconds`` more CPU time (user and system) than when it was called."""
+    deadline = time.process_time() + seconds
+    while time.process_time() < deadline:
+        sum(range(1000))
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -248,14 +267,17 @@ class Node:
             raise PctError(message or f"container '{vmid}' not running!")
 
     def record(self, argv: Sequence[str]) -> None:
-        """Apply the per-call knobs: append the call to the call log, then sleep the delay."""
+        """Apply the per-call knobs: append the call to the call log, then spend the delay (slept, or burnt as CPU)."""
         if self.knobs.call_log:
             entry = {"time": time.time(), "node": self.name, "pid": os.getpid(), "argv": list(argv)}
             with open(self.knobs.call_log, "a", encoding="utf-8") as log:
                 fcntl.flock(log, fcntl.LOCK_EX)
                 log.write(json.dumps(entry) + "\n")
         if self.knobs.delay > 0:
-            time.sleep(self.knobs.delay)
+            if self.knobs.delay_mode == "cpu":
+                burn_cpu(self.knobs.delay)
+            else:
+                time.sleep(self.knobs.delay)
 
     @contextmanager
     def lock(self, name: str, where: Path | None = None) -> Iterator[None]:

@@ -21,8 +21,8 @@ import json
 import sys
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import SpecError, spec_from_params
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import result

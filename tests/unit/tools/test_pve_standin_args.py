@@ -3,12 +3,17 @@
 """Argument handling and configuration of the pct stand-in."""
 from __future__ import annotations
 
+import os
+import resource
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "pve_standin"))
+STANDIN = Path(__file__).resolve().parents[3] / "tools" / "pve_standin"
+sys.path.insert(0, str(STANDIN))
 
 # pylint: disable=wrong-import-position
 from standin_core import Knobs, Node, PctError, parse_args  # noqa: E402
@@ -67,6 +72,54 @@ def test_knobs_file_and_environment(tmp_path: Path) -> None:
     assert Knobs.load(tmp_path, {}) == Knobs(pty=True, delay=0.5, call_log="/tmp/x")
     env = {"PVE_STANDIN_PTY": "0", "PVE_STANDIN_DELAY": "2"}
     assert Knobs.load(tmp_path, env) == Knobs(pty=False, delay=2.0, call_log="/tmp/x")
+
+
+def test_knobs_delay_mode(tmp_path: Path) -> None:
+    assert Knobs.load(tmp_path, {"PVE_STANDIN_DELAY_MODE": "CPU"}).delay_mode == "cpu"
+    (tmp_path / "knobs.conf").write_text("delay=0.5\ndelay_mode=cpu\n", encoding="utf-8")
+    assert Knobs.load(tmp_path, {}) == Knobs(delay=0.5, delay_mode="cpu")
+    assert Knobs.load(tmp_path, {"PVE_STANDIN_DELAY_MODE": "sleep"}).delay_mode == "sleep"
+    assert Knobs.load(tmp_path, {"PVE_STANDIN_DELAY_MODE": ""}).delay_mode == "sleep"
+
+
+@pytest.mark.parametrize("in_file", [False, True])
+def test_knobs_refuse_an_unknown_delay_mode(tmp_path: Path, in_file: bool) -> None:
+    if in_file:
+        (tmp_path / "knobs.conf").write_text("delay_mode=busy\n", encoding="utf-8")
+    with pytest.raises(PctError) as err:
+        Knobs.load(tmp_path, {} if in_file else {"PVE_STANDIN_DELAY_MODE": "busy"})
+    assert err.value.message.startswith("invalid stand-in knob ")
+    assert "PVE_STANDIN_DELAY_MODE" in err.value.message and "'busy' is not one of sleep, cpu" in err.value.message
+    assert ("knobs.conf" in err.value.message) is in_file
+
+
+def _pct_list(root: Path, **knobs: str) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run the stand-in's ``pct list`` on an empty node: its result, CPU seconds (user + system) and wall seconds."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PVE_STANDIN_")}
+    env.update(PVE_STANDIN_ROOT=str(root), PVE_STANDIN_CACHE=str(root / "cache"), **knobs)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    result = subprocess.run([str(STANDIN / "pct"), "list"], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=60, check=False)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return result, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+
+
+def test_delay_mode_cpu_burns_the_delay_as_cpu_time(tmp_path: Path) -> None:
+    result, cpu, wall = _pct_list(tmp_path, PVE_STANDIN_DELAY="0.2", PVE_STANDIN_DELAY_MODE="cpu")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert cpu >= 0.2 and wall >= 0.2, (cpu, wall)
+    # the default mode sleeps: the same call's CPU is the start-up of the stand-in only
+    result, cpu, wall = _pct_list(tmp_path, PVE_STANDIN_DELAY="0.2")
+    assert result.returncode == 0, result.stderr
+    assert wall >= 0.2 and cpu < 0.2, (cpu, wall)
+
+
+def test_delay_mode_unknown_fails_the_call(tmp_path: Path) -> None:
+    result, _cpu, _wall = _pct_list(tmp_path, PVE_STANDIN_DELAY="0.2", PVE_STANDIN_DELAY_MODE="spin")
+    assert result.returncode == 255
+    assert result.stderr == "invalid stand-in knob PVE_STANDIN_DELAY_MODE: 'spin' is not one of sleep, cpu\n"
 
 
 def test_node_name_comes_from_state_root(tmp_path: Path) -> None:

@@ -252,3 +252,30 @@ def test_a_first_chunk_that_failed_unforeseen_is_waited_for_from_the_start(monke
     result = launch_with_wait(monkeypatch, {"first_chunk_error": "PermissionError: ..."}, chunks)
     assert [(offset, args["session_name"]) for args, _seconds, offset in chunks.calls] == [(0, "train")]
     assert result["proven"] is True and result["wait"]["verdict"] == "started" and result["wait"]["pct_calls"] == 1, result
+
+
+@pytest.mark.parametrize("async_val, native_async, wrapped", [(0, False, False), (60, False, True), (60, True, False)])
+def test_the_module_runs_as_the_normal_action_runs_it(monkeypatch: pytest.MonkeyPatch, async_val: int, native_async: bool,
+                                                      wrapped: bool) -> None:
+    """One ``_execute_module`` of the task's module; an async task is passed on as wrap_async (async_wrapper's files stay)."""
+    calls: list[dict[str, t.Any]] = []
+    removed: list[t.Any] = []
+    task = MagicMock()
+    task.args = {"session_name": "train", "command": "x", "log_path": "/l"}
+    task.async_val = async_val
+    task.check_mode = False
+    task.action = "trainops.pct_launch.tmux_session"
+    connection = MagicMock()
+    connection.has_native_async = native_async
+    action = ActionModule(task, connection, MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+
+    def execute(**kwargs: t.Any) -> dict[str, t.Any]:
+        calls.append(kwargs)
+        return {"changed": True, "state": "running"}
+
+    monkeypatch.setattr(action, "_execute_module", execute)
+    monkeypatch.setattr(action, "_remove_tmp_path", lambda tmp_path, force=False: removed.append(tmp_path))
+    result = action.run(task_vars={"inventory_hostname": "ct241", "pct_vmid": 241})
+    assert result["changed"] and result["state"] == "running", result
+    assert [bool(call["wrap_async"]) for call in calls] == [wrapped] and calls[0]["task_vars"]["pct_vmid"] == 241
+    assert len(removed) == (0 if wrapped else 1)

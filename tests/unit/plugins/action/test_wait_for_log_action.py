@@ -553,3 +553,23 @@ def test_a_proven_member_shows_the_lines_it_watches(boards: Path, shown: list[st
                                   lines_omitted=0)])
     result = make_action(dict(MEMBER, show_lines=True), script).run(task_vars=dict(CT361, ansible_play_hosts_all=["ct361", "ct362"]))
     assert result["verdict"] == "started" and shown == ["[ct361] rank 2 ready", "[ct361] done"], (result, shown)
+
+
+def test_each_chunk_runs_the_module_as_the_normal_action_does(shown: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk is one ``_execute_module`` of wait_for_log's module, not wrapped in async_wrapper, its tmp folder removed."""
+    script = Script([chunk_result("timeout", 10), chunk_result("started", 40, matched_line="go")])
+    calls: list[dict[str, t.Any]] = []
+    removed: list[t.Any] = []
+
+    def execute(**kwargs: t.Any) -> dict[str, t.Any]:
+        calls.append(kwargs)
+        return script(**kwargs)
+
+    action = make_action({"session_name": "train", "pattern": "go", "timeout": 60}, script)
+    monkeypatch.setattr(action, "_execute_module", execute)
+    monkeypatch.setattr(action, "_remove_tmp_path", lambda tmp_path, force=False: removed.append(tmp_path))
+    result = action.run(task_vars=dict(CT250))
+    assert result["verdict"] == "started" and len(calls) == 2, result
+    assert {(call["module_name"], call["wrap_async"]) for call in calls} == {("trainops.pct_launch.wait_for_log", False)}
+    assert [call["module_args"]["offset"] for call in calls] == [0, 10] and removed == [None, None]
+    assert len(shown) == 1, "one progress line, after the chunk without a verdict"

@@ -162,6 +162,19 @@ def test_cases(report: tuple[subprocess.CompletedProcess[str], ET.Element, str])
     assert "[gone] Fail but ignored" not in cases, "an unreachable host runs no more tasks"
 
 
+def test_a_case_per_host(report: tuple[subprocess.CompletedProcess[str], ET.Element, str]) -> None:
+    _result, root, _text = report
+    names = [case.get("name", "") for case in root.iter("testcase")]
+    assert len(names) == len(set(names)), "one test case per task and host"
+    # a task on many hosts is a test case per host, each with that host's own result
+    for host in ("local", "local2", "gone"):
+        assert _cases(root)[f"[{host}] Say hello"].findtext("system-out") == f"hello from {host}"
+    assert _cases(root)["[local2] Change something"].find("failure") is None
+    assert _cases(root)["[local2] Fail without a message with a secret"].find("failure") is not None
+    skipped = _cases(root)["[local2] Fail for real with a <tag> & a control character \N{REPLACEMENT CHARACTER}"]
+    assert skipped.find("skipped") is not None, "a host where the task was skipped has its own case"
+
+
 def test_no_log_and_arguments_stay_out(report: tuple[subprocess.CompletedProcess[str], ET.Element, str]) -> None:
     _result, root, text = report
     assert SECRET not in text

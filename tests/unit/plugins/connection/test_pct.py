@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible import constants as C
 from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound
 from ansible.playbook.play_context import PlayContext
 from ansible.plugins.loader import become_loader, connection_loader
@@ -85,10 +86,12 @@ os.execv(sys.argv[3], sys.argv[3:])
 """
 
 FAKE_SSH = """#!{python}
-import os, sys
+import json, os, sys
 state = {state!r}
 with open(os.path.join(state, "ssh_argv.bin"), "wb") as out:
     out.write(b"".join(os.fsencode(a) + b"\\0" for a in sys.argv))
+with open(os.path.join(state, "ssh_calls.jsonl"), "a") as out:
+    out.write(json.dumps(sys.argv) + "\\n")
 if os.path.exists(os.path.join(state, "ssh_down")):
     sys.stderr.write("ssh: connect to host pve1 port 22: Connection refused\\r\\n")
     sys.exit(255)
@@ -118,6 +121,11 @@ class Fake:
 
     def argv(self, name: str = "argv.bin") -> list[bytes]:
         return (self.state / name).read_bytes().split(b"\0")[:-1]
+
+    def ssh_calls(self) -> list[list[str]]:
+        """The argv of every ssh process started so far, in order."""
+        path = self.state / "ssh_calls.jsonl"
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
 
     def call(self) -> dict[str, Any]:
         return json.loads((self.state / "call.json").read_text(encoding="utf-8"))
@@ -468,6 +476,25 @@ def test_ssh_control_persist_options(fake: Fake, tmp_path: Path) -> None:
         conn = connect(**base, pct_ssh_control_persist=off)
         conn.exec_command("true")
         assert not any(arg.startswith(b"Control") for arg in fake.argv("ssh_argv.bin")), off
+
+
+def test_each_call_is_one_ssh_process_and_ssh_alone_shares(fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transport: one ssh per pct call and per node command, no master opened beforehand, nothing kept between workers."""
+    run_tmp = tmp_path / "ansible-local"
+    run_tmp.mkdir()
+    monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(run_tmp))
+    conn = connect(pct_vmid=200, pct_node="pve1", pct_ssh_executable=str(fake.ssh), pct_path=str(fake.pct),
+                   pct_ssh_control_path_dir=str(tmp_path / "cp"))
+    conn.exec_command("true")
+    conn.put_file(str(fake.pct), str(tmp_path / "copy"))
+    conn.fetch_file(str(tmp_path / "copy"), str(tmp_path / "back"))
+    conn.node_command(["true"])
+    calls = fake.ssh_calls()
+    assert len(calls) == 4
+    for argv in calls:
+        assert "ControlMaster=auto" in argv and argv[argv.index("--") - 1] == "pve1"
+        assert not {"-O", "-f", "-N", "-M"} & set(argv), argv
+    assert not list(run_tmp.iterdir())
 
 
 @pytest.mark.parametrize(("host_vars", "message"), [

@@ -131,4 +131,4 @@ def test_the_lock_serialises_the_choices_of_two_processes(tmp_path: Path) -> Non
         if second.pid is not None:
             second.join(timeout=20)
     assert _marks(marks) == ["first:waiting", "first:in", "second:waiting", "first:out", "second:in", "second:out"]
-    assert oct(os.stat(tmp_path / A.LOCK_NAME).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(tmp_path / A.GPU_LOCK).st_mode & 0o777) == "0o600"

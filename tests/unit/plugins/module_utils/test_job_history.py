@@ -64,12 +64,13 @@ def history(tmp_path: Path) -> Path:
 # ---- the file itself: imports, Python 3.7 ----
 
 
-def test_it_imports_only_the_standard_library() -> None:
-    """The supervisor runs it in the target without the collection."""
+def test_it_imports_only_the_standard_library_and_the_layout() -> None:
+    """The supervisor runs it in the target without the collection: only ``_job_layout`` is staged with it."""
     tree = ast.parse(SOURCE.read_text(encoding="utf-8"), feature_version=(3, 7))
     modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     modules |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert modules <= {"__future__", "errno", "fcntl", "json", "os", "pwd", "time", "typing"}, modules
+    layout = "ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout"
+    assert modules <= {"__future__", "errno", "fcntl", "json", "os", "pwd", "time", "typing", layout}, modules
 
 
 # ---- history_path ----

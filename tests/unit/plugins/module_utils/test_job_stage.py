@@ -64,3 +64,13 @@ def test_the_staged_supervisor_is_compiled_once_over_two_starts(tmp_path: Path) 
     first = start()
     assert _job_stage.stage(str(tmp_path)) is None
     assert start() == first  # the pyc of the first start is the one the second start used (not written again)
+
+
+def test_the_staged_program_holds_every_module_its_supervisor_imports(tmp_path: Path) -> None:
+    # the supervisor runs outside Ansible's module runtime: what it imports of the collection must be staged (_job_layout too)
+    assert _job_stage.stage(str(tmp_path)) is None
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); "
+             "import ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise; "
+             "print(' '.join(sorted(name for name in sys.modules if name.startswith('ansible_collections.trainops.pct_launch.plugins.module_utils.'))))")
+    run = subprocess.run([sys.executable, "-I", "-c", probe, str(tmp_path / "lib")], capture_output=True, text=True, check=True)
+    assert set(run.stdout.split()) == {module.__name__ for module in _job_stage.PROGRAM}, run.stdout

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
 """The supervisor (``_job_supervise``) as the pane runs it: staged by ``_job_stage`` into a run dir, run as
-``python -I RUN_DIR/parent.py RUN_DIR``, real jobs (sh), no tmux. Notifications go to a command that
+``python -I RUN_DIR/supervisor.py RUN_DIR``, real jobs (sh), no tmux. Notifications go to a command that
 appends each event to a file, the history to a file in the test's folder."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Job:
 
     @property
     def argv(self) -> list[str]:
-        return [sys.executable, "-I", str(self.run_dir / "parent.py"), str(self.run_dir)]
+        return [sys.executable, "-I", str(self.run_dir / "supervisor.py"), str(self.run_dir)]
 
     def run(self, timeout: float = 60) -> int:
         return subprocess.run(self.argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False).returncode

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_poll, _tmux_cli
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import CLEAN_PATH, exit_record_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import poll_parameters, result_from_facts
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import SHOW
 

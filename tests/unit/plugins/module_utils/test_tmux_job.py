@@ -28,15 +28,15 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _job_stage, _tmux_cli, _tmux_job
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, read_exit_record
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process, _job_stage, _supervisor_entry, _tmux_cli, _tmux_job
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import CLEAN_PATH, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_launch import LaunchSpec, spec_from_params, spec_hash
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_outcome import result
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None or os.geteuid() != 0, reason="needs tmux and root")
-PARENT_TEXT = Path(_job_parent.__file__).read_text(encoding="utf-8")
+SUPERVISOR_TEXT = Path(_supervisor_entry.__file__).read_text(encoding="utf-8")
 
 HOSTILE = [
     "it's", 'say "hi"', "$(touch pwned)", "`touch pwned`", "new\nline", "trailing\n\n", "ünïcödé ✓", "back\\slash",
@@ -160,7 +160,7 @@ def test_start_runs_the_job_and_records_the_session(host: Host) -> None:
     assert host.option(spec.session_name, "@trainops_command") == "echo first-line; sleep 30"
     assert host.tmux("display-message", "-p", "-t", f"={spec.session_name}:", "#{pane_pid}").stdout.strip() == facts["pane_pid"]
     run_dir = Path(spec.run_dir)
-    assert (run_dir / "parent.py").read_text(encoding="utf-8") == PARENT_TEXT
+    assert (run_dir / "supervisor.py").read_text(encoding="utf-8") == SUPERVISOR_TEXT
     assert (run_dir / "log_path").read_text(encoding="utf-8") == spec.log_path
     assert json.loads((run_dir / "spec").read_text(encoding="utf-8"))["command"] == "echo first-line; sleep 30"
     assert (run_dir / "pgid").read_text(encoding="ascii").strip() == facts["job_pgid"]
@@ -364,7 +364,7 @@ def test_env_values_reach_the_job_and_appear_nowhere_else(host: Host) -> None:
     for key, value in env.items():
         assert received[key.encode()] == value.encode("utf-8", "surrogateescape"), key
     seen: dict[str, bytes] = {path.name: path.read_bytes() for path in Path(spec.run_dir).rglob("*") if path.is_file()}
-    assert {"parent.py", "job.json", "spec", "log_path"} <= set(seen)
+    assert {"supervisor.py", "job.json", "spec", "log_path"} <= set(seen)
     seen["log"] = Path(str(spec.log_path)).read_bytes()
     seen["ps"] = subprocess.run(["ps", "-eo", "args"], capture_output=True, check=True).stdout
     seen["tmux options"] = host.tmux("show-options", "-t", f"={spec.session_name}:").stdout.encode()
@@ -432,7 +432,7 @@ def test_an_attempt_is_over_once_its_leader_is_a_zombie_not_yet_reaped() -> None
 
 
 def test_source_of_is_the_text_of_each_staged_module() -> None:
-    # Regression (found by these tests, fixed): parent_source() (now _job_stage.source_of) returned bytes when _job_parent was imported through
+    # Regression (found by these tests, fixed): parent_source() (now _job_stage.source_of) returned bytes when the parent was imported through
     # Ansible's collection loader (ansible-test units, tests/conftest.py): _AnsibleCollectionLoader.get_source() gives the file's bytes, and
     # write_whole() then fails with AttributeError: 'bytes' object has no attribute 'encode' (zipimport, as in
     # AnsiballZ, and SourceFileLoader give str).
@@ -443,13 +443,13 @@ def test_source_of_is_the_text_of_each_staged_module() -> None:
 
 
 @needs_tmux
-def test_launch_starts_a_job_with_the_parent_as_loaded(server: Host) -> None:
+def test_launch_starts_a_job_with_the_supervisor_as_loaded(server: Host) -> None:
     # Regression (found by these tests, fixed): the same as test_source_of_is_the_text_of_each_staged_module, seen by launch(): without the text of
-    # the parent every start fails, here with AttributeError from write_whole (parent_source() gave bytes).
+    # the supervisor's entry every start fails, here with AttributeError from write_whole (parent_source() gave bytes).
     spec = server.spec(command="sleep 30")
     facts = launch(spec)
     assert facts["result"] == "started" and facts["state"] == "running", facts
-    assert Path(spec.run_dir, "parent.py").read_text(encoding="utf-8") == PARENT_TEXT
+    assert Path(spec.run_dir, "supervisor.py").read_text(encoding="utf-8") == SUPERVISOR_TEXT
 
 
 # ---- ported from the tests of the removed in-container sh launch program: the same behaviour, on this host ----
@@ -597,7 +597,7 @@ def test_a_session_whose_supervisor_is_ending_is_finished_and_a_start_replaces_i
     Path(spec.run_dir).mkdir(parents=True)
     Path(spec.run_dir, "log_path").write_text(str(spec.log_path), encoding="utf-8")
     Path(str(spec.log_path)).write_text("old job\n", encoding="utf-8")
-    _job_parent.write_exit_record(spec.run_dir, str(spec.log_path), _job_parent.exit_record_text(spec.session_name, 0, "S", "E"))
+    _job_process.write_exit_record(spec.run_dir, str(spec.log_path), _job_process.exit_record_text(spec.session_name, 0, "S", "E"))
     planned = launch(spec, True)
     assert (planned["before_state"], planned["would"]) == ("finished", "start"), planned
     facts = launch(spec)

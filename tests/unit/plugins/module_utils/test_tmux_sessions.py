@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _tmux_cli, _tmux_sessions
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import append
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import CLEAN_PATH, exit_record_text
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import SHOW
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import session_state
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import (

@@ -20,7 +20,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _session_info, _tmux_cli, _tmux_sessions
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import append
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH, exit_record_text
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import CLEAN_PATH, exit_record_text
 from ansible_collections.trainops.pct_launch.plugins.modules import tmux_session_info
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux", path=CLEAN_PATH) is None, reason="needs tmux")

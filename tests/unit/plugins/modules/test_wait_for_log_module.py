@@ -19,7 +19,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _log_chunk, _log_poll, _tmux_cli
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import CLEAN_PATH
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import CLEAN_PATH
 from ansible_collections.trainops.pct_launch.plugins.modules import wait_for_log
 
 HEADER = b"### trainops.pct_launch: session=train started_at=2025-01-01T00:00:00Z host=ct command=python train.py\n"

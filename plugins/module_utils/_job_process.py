@@ -1,44 +1,47 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""The job's parent inside its tmux pane, and the exit record it leaves (docs/launch-protocol.md).
+"""The job's process as its supervisor starts, signals and waits for it, and the exit record it leaves.
 
-``tmux_session`` copies this file to ``RUN_DIR/parent.py`` in the target, and the supervisor's files
-(``_job_stage.PROGRAM``: ``_job_supervise``, ``_job_watch``, ``_job_end``, ``_job_notify``, ``_job_history`` and this one) to
-``RUN_DIR/lib/ansible_collections/...`` (``_job_stage``), and makes tmux run
-``PYTHON -I RUN_DIR/parent.py RUN_DIR`` in the session's pane: ``main`` puts ``RUN_DIR/lib`` first on
-``sys.path`` and runs the supervisor (docs/job-life.md). These files import only each other and work
-with the target's Python 3.7 or later.
-
-The supervisor reads ``RUN_DIR/job.json`` (session_name, log_path, argv, chdir, venv, user, started_at,
-host, supervise) and ``RUN_DIR/env`` (the job's env values as JSON, mode 0600, deleted before the job
-starts), starts each attempt of the job in a new session and process group of its own
-(``RUN_DIR/pgid``) with standard input ``/dev/null`` and its output appended to the log (``start_job``),
-forwards TERM, INT and HUP to that group, and when the job ends for good appends the trailer line to
-the log and writes the exit record.
+The supervisor (``_job_supervise``, run in the pane by ``RUN_DIR/supervisor.py``, which is ``_supervisor_entry.py``)
+is the job's parent; this file is what it does to the job's process, not the supervisor itself: it reads
+``RUN_DIR/job.json`` (``load_job``: session_name, log_path, argv, chdir, venv, user, started_at, host, supervise)
+and ``RUN_DIR/env`` (``read_env``: the job's env values as JSON, mode 0600, deleted before the job starts), starts
+each attempt of the job in a new session and process group of its own (``RUN_DIR/pgid``) with standard input
+``/dev/null`` and its output appended to the log (``start_job``), forwards TERM, INT and HUP to that group, and
+waits for it. It is staged in ``RUN_DIR/lib`` with the supervisor (``_job_stage``), imports only ``_job_layout``
+and the standard library, and works with the target's Python 3.7 or later.
 
 The exit record helpers (``exit_record_text``, ``write_exit_record``, ``exit_record_path``,
-``read_exit_record``) are the collection's only implementation of the record: the launcher and the
-readers import them from here.
+``read_exit_record``) are the collection's only implementation of the record (docs/launch-protocol.md): the
+launcher and the readers import them from here.
 """
 
 from __future__ import annotations
 
 import errno
-import importlib
 import json
 import os
 import pwd
 import select
 import signal
 import subprocess
-import sys
 import time
 import typing as t
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import (
+    ENV_FILE,
+    EXIT_FILE,
+    EXIT_SUFFIX,
+    JOB_FILE,
+    LOG_PATH_FILE,
+    PGID_FILE,
+    STOP_FILE,
+)
 
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PROTOCOL = "### trainops.pct_launch: "
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-# A job the parent cannot start ends like a shell's: 126 (cannot run), 127 (not found).
+# A job the supervisor cannot start ends like a shell's: 126 (cannot run), 127 (not found).
 CANNOT_RUN = 126
 NOT_FOUND = 127
 
@@ -55,7 +58,6 @@ def now() -> str:
 
 # The keys an exit record may carry after the first four (docs/job-life.md), in the order they are written.
 RECORD_KEYS = ("attempts", "end_state", "cause", "signal", "reason")
-SUPERVISOR = "ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise"
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -103,13 +105,13 @@ def write_whole(path: str, text: str, mode: int) -> bool:
 
 def write_exit_record(run_dir: str, log_path: str, text: str) -> None:
     """First ``RUN_DIR/exit`` (``/run``, always writable), then ``LOG.exit`` (kept), each whole or not at all."""
-    write_whole(os.path.join(run_dir, "exit"), text, 0o600)
-    write_whole(log_path + ".exit", text, 0o644)
+    write_whole(os.path.join(run_dir, EXIT_FILE), text, 0o600)
+    write_whole(log_path + EXIT_SUFFIX, text, 0o644)
 
 
 def _recorded_log(run_dir: str) -> str | None:
     try:
-        with open(os.path.join(run_dir, "log_path"), "rb") as handle:
+        with open(os.path.join(run_dir, LOG_PATH_FILE), "rb") as handle:
             return handle.read().decode("utf-8", "surrogateescape")
     except OSError:
         return None
@@ -124,12 +126,13 @@ def _nonempty(path: str) -> bool:
 
 def exit_record_path(log_path: str, run_dir: str | None) -> str | None:
     """``LOG.exit``; when it is missing or empty, ``RUN_DIR/exit`` if the session's last launch wrote that log."""
-    if _nonempty(log_path + ".exit"):
-        return log_path + ".exit"
-    copy = os.path.join(run_dir, "exit") if run_dir else None
+    kept = log_path + EXIT_SUFFIX
+    if _nonempty(kept):
+        return kept
+    copy = os.path.join(run_dir, EXIT_FILE) if run_dir else None
     if copy and _nonempty(copy) and _recorded_log(run_dir or "") == log_path:
         return copy
-    return log_path + ".exit" if os.path.lexists(log_path + ".exit") else None
+    return kept if os.path.lexists(kept) else None
 
 
 def read_exit_record(log_path: str, run_dir: str | None) -> dict[str, str] | None:
@@ -152,7 +155,7 @@ def read_exit_record(log_path: str, run_dir: str | None) -> dict[str, str] | Non
 
 def read_env(run_dir: str) -> dict[str, str]:
     """The job's env values; the file is deleted before the job starts, whatever it holds."""
-    path = os.path.join(run_dir, "env")
+    path = os.path.join(run_dir, ENV_FILE)
     try:
         with open(path, "rb") as handle:
             values = json.loads(handle.read().decode("utf-8", "surrogateescape"))
@@ -259,19 +262,19 @@ def wait_job(proc: subprocess.Popen, timeout: float | None = None, pidfd: int = 
 
 def load_job(run_dir: str) -> dict[str, t.Any]:
     """``RUN_DIR/job.json``."""
-    with open(os.path.join(run_dir, "job.json"), "rb") as handle:
+    with open(os.path.join(run_dir, JOB_FILE), "rb") as handle:
         return dict(json.loads(handle.read().decode("utf-8", "surrogateescape")))
 
 
 def write_pgid(run_dir: str, pgid: int) -> None:
     """``RUN_DIR/pgid``: the process group of the job's running attempt."""
-    write_whole(os.path.join(run_dir, "pgid"), f"{pgid}\n", 0o600)
+    write_whole(os.path.join(run_dir, PGID_FILE), f"{pgid}\n", 0o600)
 
 
 def stop_signal_of(run_dir: str) -> str | None:
     """The signal of a stop by trainops (``RUN_DIR/stop_requested``), or None when nobody asked for one."""
     try:
-        with open(os.path.join(run_dir, "stop_requested"), encoding="ascii", errors="replace") as handle:
+        with open(os.path.join(run_dir, STOP_FILE), encoding="ascii", errors="replace") as handle:
             return handle.read().strip() or "TERM"
     except OSError:
         return None
@@ -284,12 +287,3 @@ def remove(path: str) -> None:
     except OSError:
         pass
 
-
-def main(argv: t.Sequence[str]) -> int:
-    """``RUN_DIR/parent.py RUN_DIR``: run the supervisor staged in ``RUN_DIR/lib``; the job's last exit status."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-    return int(importlib.import_module(SUPERVISOR).run(argv[1]))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Run the job's parent (``_job_parent.py``) as the pane runs it, and its exit record helpers.
+"""The job's process as its supervisor starts it (``_job_process.py``), run as the pane runs it; the exit record helpers.
 
-The parent runs here as a real process, ``python -I _job_parent.py RUN_DIR``, with a ``job.json``
-written by the test and no tmux: the job reports its environment, working directory, process group
-and standard input as hex or JSON so that byte-exact arrival can be checked.
+The supervisor runs here as a real process, ``python -I RUN_DIR/supervisor.py RUN_DIR`` (staged as a launch
+stages it), with a ``job.json`` written by the test and no tmux: the job reports its environment, working
+directory, process group and standard input as hex or JSON so that byte-exact arrival can be checked.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_parent, _job_stage
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_parent import (
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process, _job_stage
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import (
     CLEAN_PATH,
     exit_record_path,
     exit_record_text,
@@ -103,21 +103,21 @@ def _setup(tmp_path: Path, argv: list[str], env: dict[str, str] | None = None, n
     return run_dir, log
 
 
-def _parent_argv(run_dir: Path) -> list[str]:
-    """The pane's command line, after staging the parent and the supervisor into RUN_DIR as tmux_session does."""
+def _supervisor_argv(run_dir: Path) -> list[str]:
+    """The pane's command line, after staging the supervisor into RUN_DIR as tmux_session does."""
     assert _job_stage.stage(str(run_dir)) is None
-    return [sys.executable, "-I", str(run_dir / "parent.py"), str(run_dir)]
+    return [sys.executable, "-I", str(run_dir / "supervisor.py"), str(run_dir)]
 
 
 def _run(run_dir: Path, environ: dict[str, str] | None = None, timeout: float = 20) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(_parent_argv(run_dir), stdin=subprocess.DEVNULL, capture_output=True, env=environ,
+    return subprocess.run(_supervisor_argv(run_dir), stdin=subprocess.DEVNULL, capture_output=True, env=environ,
                           timeout=timeout, check=False)
 
 
 @contextlib.contextmanager
 def _start(run_dir: Path) -> t.Iterator[subprocess.Popen[bytes]]:
     """The parent running in the background; it and its job are killed if the test leaves them running."""
-    proc = subprocess.Popen(_parent_argv(run_dir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(_supervisor_argv(run_dir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield proc
     finally:
@@ -310,7 +310,7 @@ def test_a_program_not_found_is_127_and_one_not_executable_126(tmp_path: Path) -
 def test_stdin_is_dev_null(tmp_path: Path) -> None:
     out = tmp_path / "dump.json"
     run_dir, _log = _setup(tmp_path, _dump_job(out))
-    with subprocess.Popen(_parent_argv(run_dir), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL) as proc:
+    with subprocess.Popen(_supervisor_argv(run_dir), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL) as proc:
         assert proc.stdin is not None
         proc.stdin.write(b"data for the parent, not the job\n")
         proc.stdin.flush()
@@ -366,7 +366,7 @@ def _run_as_nobody(run_dir: Path, log: Path) -> subprocess.CompletedProcess[byte
     entry = pwd.getpwnam("nobody")
     for path in (run_dir, log.parent):
         os.chown(path, entry.pw_uid, entry.pw_gid)
-    argv = _parent_argv(run_dir)
+    argv = _supervisor_argv(run_dir)
     for folder, _dirs, files in os.walk(run_dir):  # the staged program is nobody's, as for a launch without become
         for path in [folder] + [os.path.join(folder, name) for name in files]:
             os.chown(path, entry.pw_uid, entry.pw_gid)
@@ -511,14 +511,14 @@ class _FullFile(io.RawIOBase):
 
 def test_a_protocol_line_on_a_full_file_system_is_lost_quietly() -> None:
     """The trailer's write fails on a full log: the parent goes on to write the exit record (it must not die there)."""
-    _job_parent.log_line(t.cast(t.BinaryIO, _FullFile()), "### trainops.pct_launch: session=s exit_status=3")  # pylint: disable=protected-access
+    _job_process.log_line(t.cast(t.BinaryIO, _FullFile()), "### trainops.pct_launch: session=s exit_status=3")  # pylint: disable=protected-access
 
 
 # The supervisor's wait between ticks (_job_watch.Watch.run): with a pidfd it sleeps in select until the job
 # ends or the tick is over, where Popen.wait(timeout) would look with waitpid every few milliseconds.
 def test_wait_job_with_a_pidfd_sleeps_while_the_job_runs_and_wakes_at_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(5)"], stdin=subprocess.PIPE)
-    pidfd = _job_parent.pidfd_of(proc)
+    pidfd = _job_process.pidfd_of(proc)
     assert pidfd >= 0, "os.pidfd_open is there on this machine (Linux 5.3, Python 3.9 on)"
     waitpids: list[int] = []
     real_waitpid = os.waitpid
@@ -529,11 +529,11 @@ def test_wait_job_with_a_pidfd_sleeps_while_the_job_runs_and_wakes_at_its_end(mo
 
     monkeypatch.setattr(os, "waitpid", counting_waitpid)
     try:
-        assert _job_parent.wait_job(proc, 0.3, pidfd) is None
+        assert _job_process.wait_job(proc, 0.3, pidfd) is None
         assert not waitpids, f"a running job was polled {len(waitpids)} times in one tick"
         assert proc.stdin is not None
         proc.stdin.close()  # the job ends now
-        assert _job_parent.wait_job(proc, 60.0, pidfd) == 5 and proc.returncode == 5
+        assert _job_process.wait_job(proc, 60.0, pidfd) == 5 and proc.returncode == 5
     finally:
         os.close(pidfd)
         proc.kill()
@@ -543,10 +543,10 @@ def test_wait_job_with_a_pidfd_sleeps_while_the_job_runs_and_wakes_at_its_end(mo
 def test_wait_job_without_a_pidfd_still_waits_for_the_end() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(7)"], stdin=subprocess.PIPE)
     try:
-        assert _job_parent.wait_job(proc, 0.1) is None
+        assert _job_process.wait_job(proc, 0.1) is None
         assert proc.stdin is not None
         proc.stdin.close()
-        assert _job_parent.wait_job(proc, 60.0) == 7
+        assert _job_process.wait_job(proc, 60.0) == 7
     finally:
         proc.kill()
         proc.wait()
