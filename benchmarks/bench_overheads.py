@@ -129,12 +129,12 @@ def overhead_rows(ctx: Context) -> list[Row]:
     for what, args in (("all facts", []), ("gather_subset=!all", ["-a", "gather_subset=!all"])):
         runs = adhoc(ctx, f"setup, {what}", SHIPPED, ["-m", "ansible.builtin.setup", *args])
         rows.append(timed_row(section, f"ansible ct400 -m setup ({what}), {SHIPPED.name}", runs))
-    inside["ansible ct400 -m trainops.pct_launch.tmux_session_info, as shipped: a direct run"] = adhoc(
+    inside["ansible ct400 -m trainops.pct_launch.tmux_session_info, as shipped"] = adhoc(
         ctx, "tmux_session_info", SHIPPED, ["-m", "trainops.pct_launch.tmux_session_info"], ctx.repeat)
-    # The same prepare_info as a direct run (the interpreter known, as shipped) and as a module run (left to discovery).
+    # prepare_info with the interpreter known (as shipped) and left to discovery.
     check = ["-m", "trainops.pct_launch.prepare_info", "-a", "workdir=/bench"]
-    inside["ansible ct400 -m trainops.pct_launch.prepare_info, as shipped: a direct run"] = adhoc(ctx, "prepare_info direct", SHIPPED, check, ctx.repeat)
-    inside["the same, ansible_python_interpreter=auto_silent: a module run (after the interpreter's discovery)"] = adhoc(
+    inside["ansible ct400 -m trainops.pct_launch.prepare_info, as shipped"] = adhoc(ctx, "prepare_info", SHIPPED, check, ctx.repeat)
+    inside["the same, ansible_python_interpreter=auto_silent (after the interpreter's discovery)"] = adhoc(
         ctx, "prepare_info module", SHIPPED, [*check, "-e", "ansible_python_interpreter=auto_silent"], ctx.repeat)
     inside = {f"pct exec {MAIN_VMID} -- sh -c true (on the node)": exec_runs(ctx, "sh -c true"),
               f"pct exec {MAIN_VMID} -- python3 -c pass (on the node)": exec_runs(ctx, "python3 -c pass"), **inside}
