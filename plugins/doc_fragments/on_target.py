@@ -23,4 +23,3 @@ notes:
     then costs one C(pct exec) with pipelining, which that connection turns on by default. Earlier releases reached
     containers from the node with the options C(vmid) and C(pct_path); they are gone (see the changelog).
 """
-

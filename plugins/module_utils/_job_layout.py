@@ -93,4 +93,3 @@ def run_root() -> str:
 def attempt_error_file(number: int) -> str:
     """``attempt-N-error.json``: the error file torchelastic writes for attempt ``number``."""
     return f"attempt-{number}-error.json"
-

@@ -286,4 +286,3 @@ def remove(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-

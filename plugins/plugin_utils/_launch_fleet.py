@@ -152,8 +152,8 @@ def after_stops(found: dict[str, dict[str, str]], hostvars: t.Mapping[str, t.Map
         stop = _result(hostvars[host].get("job_fleet_stop"))
         if stop and outcome["status"] != "failed":
             if stop.get("error"):
-                outcome.update(status="failed", reason=f"started, then NOT stopped ({stop.get('msg', '?')}) by job_all_or_nothing "
-                                                        f"because {because} failed")
+                why = f"started, then NOT stopped ({stop.get('msg', '?')}) by job_all_or_nothing because {because} failed"
+                outcome.update(status="failed", reason=why)
             else:
                 outcome.update(status="stopped", reason=f"started, then stopped by job_all_or_nothing because {because} failed")
         elif at_fault and outcome["status"] == "already running":

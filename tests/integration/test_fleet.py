@@ -529,11 +529,8 @@ def test_a_container_that_failed_the_preflight_is_named_so(fleet: Fleet) -> None
 
 
 def test_a_container_whose_prepare_fails_does_not_end_the_run(fleet: Fleet) -> None:
-    """The containers prepared already are launched when every container that lacks something fails its prepare.
-
-    Ansible ends the whole run at a play whose every host fails: the play "Do what the containers lack" keeps a
-    prepared container (all its tasks skipped), so that a failure there fails only the container that had it.
-    """
+    """The containers prepared already are launched when every container that lacks something fails its prepare:
+    prepare.yml is one play over every container, so a failure there fails only the container that had it."""
     for vmid in (364, 365):
         fleet.node.install_tmux(vmid, "/workspace")
     inventory = {"prep": {"hosts": {"ct364": {"pct_vmid": 364}, "ct365": {"pct_vmid": 365, "fleet_workdir": "/etc/passwd/job"}},
@@ -551,7 +548,7 @@ def test_a_container_whose_prepare_fails_does_not_end_the_run(fleet: Fleet) -> N
         assert run.line("ct365") == "ct365 (CT 365 on localhost): failed: prepare.yml failed on it before the launch (its error is shown above)"
         assert run.line("ct364") == "ct364 (CT 364 on localhost): started", run.summary()
         assert run.summary()[0] == "fleet-pp: 1 of 2 containers run, failed: ct365", run.summary()
-        assert run.result("Create the job's working directory", "ct364")["status"] == "skipped", "ct364 is prepared already"
+        assert run.result("Do what the container lacks", "ct364")["status"] == "skipped", "ct364 is prepared already"
         assert fleet.alive(364, "fleet-pp") and not fleet.alive(365, "fleet-pp")
     finally:
         fleet.node.sh(364, 'tmux kill-session -t "=$1" 2>/dev/null; true', "fleet-pp", check=False)
