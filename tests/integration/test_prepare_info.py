@@ -105,7 +105,7 @@ def test_check_mode_reports_the_same_and_writes_nothing(ct: int, tmp_path: Path,
     ({"venv_site_packages": "maybe"}, "argument 'venv_site_packages' is of type str and we were unable to convert to bool"),
 ])
 def test_a_wrong_option_is_named_and_nothing_is_written(ct: int, tmp_path: Path, standin: StandinNode,
-                                                       wrong: dict[str, t.Any], start: str) -> None:
+                                                        wrong: dict[str, t.Any], start: str) -> None:
     before = written(standin)
     run, calls, _stdin = check(tmp_path, dict(CHECK, **wrong))
     result = run.result("check", HOST)
