@@ -207,8 +207,8 @@ def breakdown_rows(section: str, run: Run, persist: Run | None) -> list[Row]:
     rows.append(Row(section, "forks: starting the workers, one after another in the main process (within the tasks above)",
                     seconds(dispatch), f"{share(dispatch, run)}; {workers} workers, {1000 * dispatch / max(workers, 1):.0f} ms each"))
     if persist is not None:
-        rows.append(Row(section, "ssh connects (as shipped a cold run opens one per node, its other workers waiting "
-                        "for it), against masters open", f"{run.seconds - persist.seconds:.2f} s wall, {run.cpu - persist.cpu:.1f} s CPU",
+        rows.append(Row(section, "ssh connects (as shipped a cold run's workers that reach a node before its master "
+                        "is up each connect), against masters open", f"{run.seconds - persist.seconds:.2f} s wall, {run.cpu - persist.cpu:.1f} s CPU",
                         f"{len(run.calls)} pct calls; as shipped {run.seconds:.2f} s, CPU {run.cpu:.1f} s; "
                         f"masters open {persist.seconds:.2f} s, CPU {persist.cpu:.1f} s"))
     return rows
