@@ -10,6 +10,7 @@ without editing this file; ansible-doc must list exactly those.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -168,3 +169,22 @@ def test_module_defaults_reach_every_module_through_the_action_group(tmp_path: p
     assert info["session"]["name"] == name and info["session"]["state"] == "absent", info
     assert stop["session_name"] == name and not stop["changed"] and stop["state"] == "absent", stop
     assert wait["failed"] and f"session {name}" in wait["msg"], wait
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in (ROOT / "plugins" / "filter").glob("*.yml")))
+def test_every_filter_has_its_page(name: str) -> None:
+    """Each filter's documentation (plugins/filter/NAME.yml) is an ansible-doc page, and names a filter the file exports."""
+    page = _ansible_doc("-t", "filter", f"{COLLECTION}.{name}")
+    assert f"{COLLECTION}.{name}" in page.stdout and "EXAMPLES" in page.stdout.upper(), page.stdout[:500]
+    exported = "".join(path.read_text(encoding="utf-8") for path in (ROOT / "plugins" / "filter").glob("*.py"))
+    assert f'"{name}":' in exported, f"no filter {name} in plugins/filter"
+
+
+def test_every_filter_is_documented() -> None:
+    """Each filter a plugins/filter/*.py exports has its page (NAME.yml)."""
+    documented = {path.stem for path in (ROOT / "plugins" / "filter").glob("*.yml")}
+    exported: set[str] = set()
+    for path in (ROOT / "plugins" / "filter").glob("*.py"):
+        module = importlib.import_module(f"ansible_collections.trainops.pct_launch.plugins.filter.{path.stem}")
+        exported.update(module.FilterModule().filters())
+    assert exported and exported == documented, (exported, documented)
