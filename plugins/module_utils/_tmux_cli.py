@@ -17,11 +17,16 @@ import os
 import pwd
 import shutil
 import subprocess
+import time
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, OPT_PROVEN, OPT_SPEC, OPT_STARTED_AT, SPEC_FILE
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import CLEAN_PATH, exit_record_path
 
+# A client that reaches a server which is exiting (its last session just ended, tmux's exit-empty) gets this, and
+# nothing was created: new-session tries again after these pauses (seconds).
+SERVER_EXITING = "server exited unexpectedly"
+NEW_SESSION_RETRIES = (0.05, 0.2, 0.5)
 _PROBE_FORMAT = f"#{{pane_dead}}:#{{pane_pid}}:#{{{OPT_SPEC}}}:#{{?{OPT_PROVEN},1,0}}:#{{{OPT_STARTED_AT}}}"
 
 
@@ -104,12 +109,18 @@ class Tmux:
     def new_session(self, name: str, command: str, options: t.Sequence[t.Tuple[str, str]]) -> tuple[int, str, str]:
         """``new-session -d`` running ``command``, then ``set-option`` of each user option and the new pane's pane_pid.
 
-        Two tmux calls: (``new-session``'s rc and stderr, the pane_pid or ``""``). The options and the pane_pid are one
+        Two tmux calls: (``new-session``'s rc and stderr, the pane_pid or ``""``). A ``new-session`` that met a server
+        on its way out (``SERVER_EXITING``: its last session had just ended) created nothing and is tried again. The options and the pane_pid are one
         call (commands separated by ``;``), apart from ``new-session``: the client that starts the server becomes it
         and keeps its argv, which ``ps`` and ``pkill -f`` would then see with the job's command in it. Once the session
         is there, a failure of that second call leaves the pane_pid empty, as one ``set-option`` that failed did.
         """
         rc, _out, err = self.run("new-session", "-d", "-s", name, "-x", "200", "-y", "50", literal(command))
+        for pause in NEW_SESSION_RETRIES:
+            if rc == 0 or SERVER_EXITING not in err:
+                break
+            time.sleep(pause)
+            rc, _out, err = self.run("new-session", "-d", "-s", name, "-x", "200", "-y", "50", literal(command))
         if rc != 0:
             return rc, "", err
         args: list[str] = []

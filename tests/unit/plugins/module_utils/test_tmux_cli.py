@@ -97,6 +97,40 @@ def test_new_session_that_fails_sets_nothing_on_the_session_of_that_name(tmux: _
     assert tmux.run("show-options", "-v", "-t", "=ut-dup:", "@ut_mark")[1].strip() == ""
 
 
+def test_new_session_that_met_an_exiting_server_is_tried_again(tmux: _tmux_cli.Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server on its way out (its last session just ended) answers ``server exited unexpectedly`` and creates nothing:
+    the next new-session starts a server of its own. Here the first answer is that one; the second call is real tmux."""
+    calls: list[tuple[str, ...]] = []
+    real = _tmux_cli.Tmux.run
+
+    def exiting_once(self: _tmux_cli.Tmux, *args: str) -> tuple[int, str, str]:
+        calls.append(args)
+        if len(calls) == 1:
+            return 1, "", "server exited unexpectedly\n"
+        return real(self, *args)
+
+    monkeypatch.setattr(_tmux_cli, "NEW_SESSION_RETRIES", (0.0, 0.0))
+    monkeypatch.setattr(_tmux_cli.Tmux, "run", exiting_once)
+    rc, pane_pid, err = tmux.new_session("ut-again", "sleep 30", [("@ut_mark", "set")])
+    assert (rc, err) == (0, "") and pane_pid.isdigit(), (rc, err)
+    assert [call[0] for call in calls] == ["new-session", "new-session", "set-option"], calls
+    monkeypatch.setattr(_tmux_cli.Tmux, "run", real)
+    assert tmux.run("show-options", "-v", "-t", "=ut-again:", "@ut_mark")[1].strip() == "set"
+
+
+def test_new_session_gives_up_on_an_exiting_server_after_its_retries(tmux: _tmux_cli.Tmux, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, ...]] = []
+
+    def always_exiting(self: _tmux_cli.Tmux, *args: str) -> tuple[int, str, str]:
+        calls.append(args)
+        return 1, "", "server exited unexpectedly\n"
+
+    monkeypatch.setattr(_tmux_cli, "NEW_SESSION_RETRIES", (0.0, 0.0))
+    monkeypatch.setattr(_tmux_cli.Tmux, "run", always_exiting)
+    assert tmux.new_session("ut-never", "sleep 30", []) == (1, "", "server exited unexpectedly\n")
+    assert len(calls) == 3, "the first try and one per pause"
+
+
 @pytest.mark.parametrize(("word", "escaped"), [("plain", "plain"), ("ends;", "ends\\;"), (";", "\\;"), ("two;;", "two;\\;"),
                                                ("a ; kill-server", "a ; kill-server"), ("\\;", "\\\\;"), ("", "")])
 def test_literal_escapes_only_a_trailing_semicolon(word: str, escaped: str) -> None:

@@ -149,7 +149,7 @@ def test_start_runs_the_job_and_records_the_session(host: Host) -> None:
     assert facts["before_state"] == "absent" and facts["rotated_log"] == "" and facts["tmux_version"]
     assert facts["pane_pid"].isdigit() and facts["job_pgid"].isdigit()
     assert host.has_session(spec.session_name)
-    _wait_for(lambda: "first-line" in _text(spec.log_path))
+    _wait_for(lambda: "first-line" in _text(spec.log_path).splitlines())
     lines = _text(spec.log_path).splitlines()
     assert re.fullmatch(rf"### trainops\.pct_launch: session={spec.session_name} started_at={facts['started_at']} "
                         r"host=\S+ command=echo first-line; sleep 30", lines[0]), lines[0]
@@ -240,7 +240,7 @@ def test_a_different_spec_while_running_is_a_conflict(host: Host) -> None:
 def test_stop_ends_the_job_with_its_signal(host: Host) -> None:
     spec = host.spec(command="echo ready; exec sleep 30")
     launch(spec)
-    _wait_for(lambda: "ready" in _text(spec.log_path))
+    _wait_for(lambda: "ready" in _text(spec.log_path).splitlines())
     started = time.monotonic()
     facts = launch(_stopped(spec))
     assert time.monotonic() - started < 3
@@ -259,7 +259,7 @@ def test_stop_ends_the_job_with_its_signal(host: Host) -> None:
 def test_stop_kills_a_job_that_ignores_its_signal(host: Host) -> None:
     spec = host.spec(command="trap '' TERM; echo ready; exec sleep 60", stop_timeout=1)
     launch(spec)
-    _wait_for(lambda: "ready" in _text(spec.log_path))
+    _wait_for(lambda: "ready" in _text(spec.log_path).splitlines())
     started = time.monotonic()
     facts = launch(_stopped(spec))
     assert 1 <= time.monotonic() - started < 4
@@ -273,14 +273,14 @@ def test_stop_kills_a_job_that_ignores_its_signal(host: Host) -> None:
 def test_restart_replaces_a_running_job(host: Host) -> None:
     spec = host.spec(command="echo one; exec sleep 30")
     first = launch(spec)
-    _wait_for(lambda: "one" in _text(spec.log_path))
+    _wait_for(lambda: "one" in _text(spec.log_path).splitlines())
     facts = launch(spec._replace(state="restarted", command="echo two; exec sleep 30"))
     assert facts["result"] == "started" and facts["state"] == "running", facts
     assert facts["exit_status"] == "143" and facts["killed"] == "0"
     assert facts["pane_pid"].isdigit() and facts["pane_pid"] != first["pane_pid"]
     assert facts["rotated_log"] == spec.log_path + ".1"
     assert host.tmux("display-message", "-p", "-t", f"={spec.session_name}:", "#{pane_pid}").stdout.strip() == facts["pane_pid"]
-    _wait_for(lambda: "two" in _text(spec.log_path))
+    _wait_for(lambda: "two" in _text(spec.log_path).splitlines())
     assert "command=echo two; exec sleep 30" in _text(spec.log_path).splitlines()[0]
     old = read_exit_record(spec.log_path + ".1", None)
     assert old is not None and old["exit_status"] == "143" and old["stopped_by"] == "trainops"
@@ -502,7 +502,9 @@ def test_a_stop_with_int_reaches_a_python_job_as_keyboard_interrupt(host: Host) 
     code = "import time\ntry:\n    print('ready', flush=True); time.sleep(60)\nexcept KeyboardInterrupt:\n    print('graceful'); raise SystemExit(5)\n"
     spec = host.spec(argv=[sys.executable, "-c", code])
     launch(spec)
-    _wait_for(lambda: "ready" in _text(spec.log_path))
+    # the line the job prints, not the log's header, whose command holds the word too: a signal before the job's
+    # try block (Python still starting) would end it otherwise
+    _wait_for(lambda: "ready" in _text(spec.log_path).splitlines())
     facts = launch(_stopped(spec, stop_signal="INT", stop_timeout=10))
     assert facts["result"] == "stopped" and facts["exit_status"] == "5" and facts["killed"] == "0", facts
     assert "graceful" in _text(spec.log_path).splitlines()
