@@ -11,7 +11,8 @@ version_added: 0.1.0
 author:
   - trainops contributors (!UNKNOWN)
 description:
-  - Runs commands and transfers files in a Proxmox VE LXC container through C(pct exec VMID --keep-env 1 -- CMD) on the Proxmox node.
+  - Runs commands and transfers files in a Proxmox VE LXC container through C(pct exec VMID --keep-env 1 -- CMD) on the Proxmox node
+    (C(pct exec VMID -- CMD) on a node whose C(pct) has no C(--keep-env), see O(keep_env)).
   - When O(node) is not set, the controller is the Proxmox node and the local C(pct) is run.
     When O(node) is set, the node is reached with the OpenSSH client (C(ssh -T -o BatchMode=yes)) and C(pct) runs there.
   - Commands never get a terminal. C(pct exec) would make C(lxc-attach) allocate a pty for the command when any of its
@@ -20,9 +21,10 @@ description:
   - C(pct) runs with a small login-like environment instead of the controller's environment, namely
     C(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), C(LANG=C.UTF-8), C(HOME), C(LOGNAME) and C(USER)
     of the user running C(pct) (on a remote node as root, C(HOME=/root)).
-    The connection always passes C(--keep-env 1) to C(pct exec) explicitly, because pve-container marks its default
+    The connection passes C(--keep-env 1) to C(pct exec) explicitly, because pve-container marks its default
     (keep the environment) to change to V(0) in a later major version, and the collection relies on the environment it gives
-    C(pct) reaching the container. So this is also the environment inside the container, except for C(PATH), which C(pct)
+    C(pct) reaching the container; C(pct) before pve-container 5.0.9 has no such option and keeps the environment anyway
+    (O(keep_env)). So this is also the environment inside the container, except for C(PATH), which C(pct)
     sets to C(/sbin:/bin:/usr/sbin:/usr/bin) (programs in C(/usr/local/bin) are not found by bare name).
     Use the C(environment) keyword for anything else, but never for secrets (they show in the process list of the node).
   - 'With O(node_become), sudo resets the environment first (its C(env_reset), the default of Debian and Proxmox VE), so the
@@ -197,6 +199,29 @@ options:
     ini:
       - section: pct_connection
         key: pct_path
+  keep_env:
+    description:
+      - Whether C(pct exec) is given C(--keep-env 1), one of V(auto), V(true) and V(false).
+      - 'C(pct) of pve-container 5.0.9 and newer (Proxmox VE 8.2 and newer) has the option, and the connection passes it, because
+        pve-container marks its default to change. Older ones (Proxmox VE 7.4, 8.0 and 8.1) refuse it with
+        C(Unknown option: keep-env) and C(400 unable to parse option), before anything runs in the container, and keep the
+        environment anyway.'
+      - V(auto) passes it, and when C(pct) refuses it runs the same command again at once without it (standard input sent again),
+        goes on without it for the rest of the task, and warns once, naming the node. Each task then costs one more C(pct) call
+        on such a node (Ansible makes a new connection per task), so set V(false) for the containers of that node.
+        The C(trainops.pct_launch.pct_containers) inventory sets V(false) by itself for the containers of a node whose C(pct) has no
+        C(--keep-env) (it asks C(pct help exec) in the command it already runs on each node).
+      - V(true) always passes it, and a C(pct) that refuses it fails the task with a message that says so.
+      - V(false) never passes it.
+    type: string
+    default: auto
+    vars:
+      - name: pct_keep_env
+    env:
+      - name: ANSIBLE_PCT_KEEP_ENV
+    ini:
+      - section: pct_connection
+        key: keep_env
   timeout:
     description:
       - Seconds to wait for the connection to O(node) (C(ssh -o ConnectTimeout)).
@@ -314,6 +339,8 @@ if t.TYPE_CHECKING:  # pragma: no cover
 display = Display()
 
 _Stream = t.Union[int, t.IO[bytes], "_PipedFile", None]
+# The nodes whose pct refused --keep-env in this worker process: warned about once each.
+_WARNED_KEEP_ENV: set[str] = set()
 
 
 def _local_user() -> tuple[str, str | None]:
@@ -337,11 +364,12 @@ class Connection(ConnectionBase):
         super().__init__(*args, **kwargs)
         self._target: PctTarget | None = None
         self._env: dict[str, str] = {}
+        self._keep_env = True  # pass --keep-env 1 (until pct refuses it, with keep_env auto)
 
     def _make_target(self) -> PctTarget:
         """Read and check the options; raises AnsibleError naming the host variable."""
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import (
-            PctOptionError, PctTarget, parse_become_exe, parse_node, parse_ssh_args, parse_vmid, resolve_local_pct)
+            PctOptionError, PctTarget, parse_become_exe, parse_keep_env, parse_node, parse_ssh_args, parse_vmid, resolve_local_pct)
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import failure_message, pct_not_found_cause
         try:
             target = PctTarget(
@@ -355,6 +383,7 @@ class Connection(ConnectionBase):
                 ssh_executable=self.get_option("ssh_executable") or "ssh",
                 ssh_args=parse_ssh_args(self.get_option("ssh_args")),
                 timeout=int(self.get_option("timeout")),
+                keep_env=parse_keep_env(self.get_option("keep_env")),
             )
             if target.is_remote:
                 return dataclasses.replace(target, ssh_control=self._ssh_control())
@@ -383,6 +412,7 @@ class Connection(ConnectionBase):
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import clean_environment, remote_environment
         if not self._connected:
             self._target = self._make_target()
+            self._keep_env = self._target.keep_env != "false"
             if self._target.is_remote:
                 self._env = remote_environment(self._target)
             else:
@@ -402,10 +432,36 @@ class Connection(ConnectionBase):
         return self._target
 
     def _run(self, command: list[str], stdin: _Stream, stdout: _Stream, in_data: bytes | None = None) -> tuple[int, bytes, bytes]:
-        """Run ``command`` in the container; returns (rc, stdout, stderr); stdout is b'' unless piped."""
+        """Run ``command`` in the container; returns (rc, stdout, stderr); stdout is b'' unless piped.
+
+        With ``keep_env`` auto, a pct that refuses ``--keep-env`` (pve-container before 5.0.9) ran nothing in the container:
+        the same command runs again at once without it (stdin, a file or ``in_data``, sent again), and so do the
+        connection's later commands.
+        """
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import keep_env_refused
+        rc, out, err = self._run_once(command, stdin, stdout, in_data)
+        if self._keep_env and self.target.keep_env == "auto" and not out and keep_env_refused(rc, err):
+            self._keep_env = False
+            self._warn_no_keep_env()
+            if _rewind(stdin, stdout):  # else (a local file that cannot be read again) the refusal is reported
+                rc, out, err = self._run_once(command, stdin, stdout, in_data)
+        return rc, out, err
+
+    def _warn_no_keep_env(self) -> None:
+        """Warn once per worker and node that its pct has no --keep-env, and how to save the refused call."""
+        node = self.target.describe_node()
+        if node not in _WARNED_KEEP_ENV:
+            _WARNED_KEEP_ENV.add(node)
+            display.warning(f"pct on {node} does not know the option --keep-env of pct exec (pve-container before 5.0.9, Proxmox VE "
+                            f"before 8.2), so the connection ran the command again without it, which costs one pct call more in every "
+                            f"task; set the host variable pct_keep_env to false for the containers of {node} "
+                            "(the trainops.pct_launch.pct_containers inventory does it by itself)")
+
+    def _run_once(self, command: list[str], stdin: _Stream, stdout: _Stream, in_data: bytes | None) -> tuple[int, bytes, bytes]:
+        """One pct exec of ``command``, with or without --keep-env as the connection stands."""
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import build_command, printable
         from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import failure_message
-        argv = build_command(self.target, command, self._env)
+        argv = build_command(self.target, command, self._env, self._keep_env)
         display.vvv(f"EXEC {printable(argv)}", host=self._play_context.remote_addr)
         # Local pct: clean environment, cwd / (lxc-attach keeps the cwd when it exists in the container).
         # ssh: needs the controller's environment (agent socket, HOME); the node side gets `env -i`.
@@ -435,10 +491,32 @@ class Connection(ConnectionBase):
 
     def _raise_if_not_run(self, what: str, rc: int, stderr: bytes) -> None:
         """Raise AnsibleConnectionFailure (ContainerNotRunning for a stopped container) when pct/ssh, not the command, failed."""
-        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import not_run_error
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning, not_run_error
         error = not_run_error(what, self.target, rc, stderr)
+        if isinstance(error, ContainerNotRunning):
+            error = self._with_lock(what, error, stderr)
         if error is not None:
             raise error
+
+    def _with_lock(self, what: str, error: AnsibleConnectionFailure, stderr: bytes) -> AnsibleConnectionFailure:
+        """A stopped container's error, told what holds it when its config has a lock (a vzdump backup in stop mode).
+
+        Costs one ``pct config`` call, on this failure only; any failure of that call leaves the error as it was.
+        """
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import config_argv, on_node_argv
+        from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import (
+            ContainerNotRunning, config_lock, failure_message, not_running_evidence, stopped_locked_cause)
+        argv = on_node_argv(self.target, config_argv(self.target), self._env)
+        try:
+            result = subprocess.run([to_bytes(arg, errors="surrogate_or_strict") for arg in argv], stdin=subprocess.DEVNULL,
+                                    capture_output=True, env=None if self.target.is_remote else self._env, cwd="/", timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return error
+        lock = config_lock(result.stdout.decode("utf-8", "replace")) if result.returncode == 0 else None
+        if lock is None:
+            return error
+        cause = stopped_locked_cause(self.target, lock, not_running_evidence(self.target, stderr))
+        return ContainerNotRunning(failure_message(what, self.target, cause))
 
     def exec_command(self, cmd: str, in_data: bytes | None = None, sudoable: bool = True) -> tuple[int, bytes, bytes]:
         """Run ``cmd`` with /bin/sh in the container; ``in_data`` (pipelining) goes to stdin."""
@@ -562,6 +640,15 @@ class _PipedFile:
         except OSError as exc:
             self.error = exc
 
+    def rewind(self) -> bool:
+        """Read the file from its start again (pct refused the call before reading it); False when it cannot be."""
+        try:
+            self.source.seek(0)
+        except OSError:
+            return False
+        self.error = None
+        return True
+
     def feed(self, proc: subprocess.Popen) -> tuple[bytes, bytes]:
         """Copy the file to ``proc``'s stdin while reading its stderr; returns (b'', stderr); a read error is kept in ``error``."""
         writer = threading.Thread(target=self._copy, args=(proc.stdin,), daemon=True)
@@ -570,6 +657,16 @@ class _PipedFile:
         proc.wait()
         writer.join()
         return b"", err
+
+
+def _rewind(stdin: _Stream, stdout: _Stream) -> bool:
+    """Make a refused call's streams ready for the same call again (a file read from its start, an output file emptied)."""
+    if isinstance(stdin, _PipedFile) and not stdin.rewind():
+        return False
+    if hasattr(stdout, "truncate"):
+        stdout.seek(0)  # type: ignore[union-attr]
+        stdout.truncate()  # type: ignore[union-attr]
+    return True
 
 
 def _set_default_mode(b_path: bytes) -> None:

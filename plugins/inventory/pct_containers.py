@@ -16,7 +16,8 @@ description:
   - The inventory source is a YAML file named C(pct_containers.yml) or C(pct_containers.yaml), or whose name ends in
     C(.pct_containers.yml) or C(.pct_containers.yaml), with O(plugin=trainops.pct_launch.pct_containers).
   - Every node in O(nodes) costs two commands, whatever the number of its containers, one C(pct list) and one
-    C(/bin/sh) on the node that runs C(pct config) for each container that passes O(status).
+    C(/bin/sh) on the node that runs C(pct help exec) (whether C(pct exec) has C(--keep-env)) and then C(pct config) for each
+    container that passes O(status).
     With O(node_become) C(pct) runs as C(sudo -n -- pct list) and C(sudo -n -- pct config VMID); the shell itself does not
     run under sudo (it gets the sudo command as arguments), so a sudoers rule that allows only C(pct) is enough.
     On a remote node they are two C(ssh -T -o BatchMode=yes) calls, never with a terminal; on the controller
@@ -36,7 +37,9 @@ description:
   - With O(connection_vars) (the default) each host also gets what the C(trainops.pct_launch.pct) connection needs, namely
     C(ansible_connection=trainops.pct_launch.pct), and C(pct_node_user), C(pct_node_become), C(pct_node_become_exe),
     C(pct_ssh_args), C(pct_ssh_executable), C(pct_path) and C(pct_timeout) when they differ from the connection's defaults
-    (so C(group_vars) can still set them).
+    (so C(group_vars) can still set them), and C(pct_keep_env=false) when the node's C(pct help exec) does not name
+    C(--keep-env) (pve-container before 5.0.9, Proxmox VE 7.4 to 8.1), so that the connection does not try that option first
+    in every task.
   - Groups, in addition to those of O(groups) and O(keyed_groups), C(pct_node_NODE) for each node (V(pct_node_local)
     for the controller) and C(pct_STATUS) for each status (V(pct_running), V(pct_stopped)); characters other than
     letters, digits and C(_) become C(_), so node V(pve-a) gives V(pct_node_pve_a).
@@ -148,7 +151,7 @@ extends_documentation_fragment:
   - ansible.builtin.constructed
   - ansible.builtin.inventory_cache
 notes:
-  - The controller needs OpenSSH for remote nodes; the nodes need C(pct) (Proxmox VE 8 or 9) and C(/bin/sh).
+  - The controller needs OpenSSH for remote nodes; the nodes need C(pct) (Proxmox VE 7.4, 8 or 9) and C(/bin/sh).
   - With O(cache), the cache holds the containers of the last refresh; O(status) is applied again when it is read.
 seealso:
   - plugin: trainops.pct_launch.pct
@@ -216,8 +219,10 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors im
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_inventory import (
     NodeSpec,
     check_host_name_format,
+    KEEP_ENV_VAR,
     connection_vars,
     container_vars,
+    help_keep_env,
     host_name,
     node_command,
     node_group,
@@ -322,7 +327,11 @@ class NodeLister:
         for vmid, cause in failures.items():
             detail = _detail(stderr, str(vmid))
             self.warnings.append(f"Left out container {vmid} on {self.spec.describe()}: {cause}" + (f" ({detail})" if detail else ""))
-        return [container_vars(self.spec, row, parse_pct_config(configs[row.vmid])) for row in wanted if row.vmid in configs]
+        records = [container_vars(self.spec, row, parse_pct_config(configs[row.vmid])) for row in wanted if row.vmid in configs]
+        if help_keep_env(stdout, marker) is False:  # kept with the records (and the cache) until the hosts are added
+            for record in records:
+                record[KEEP_ENV_VAR] = False
+        return records
 
 
 def _list_node(lister: NodeLister) -> list[dict[str, t.Any]]:
@@ -424,8 +433,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _add_container(self, spec: NodeSpec, name: str, facts: dict[str, t.Any]) -> None:
         """One host: its groups, its variables (unsafe), then compose, groups and keyed_groups."""
         hostvars = dict(facts)
+        keep_env = hostvars.pop(KEEP_ENV_VAR, None)
         if self.get_option("connection_vars"):
-            hostvars.update(connection_vars(spec, CONNECTION))
+            hostvars.update(connection_vars(spec, CONNECTION, keep_env))
         hostvars = wrap_var(hostvars)
         self.inventory.add_host(name)
         for group in (node_group(spec), status_group(facts["pct_status"])):

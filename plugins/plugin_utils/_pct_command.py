@@ -14,11 +14,13 @@ Rules kept here:
 * Commands are lists of arguments, never a shell string put together with ``%`` or f-strings.
 * The only text that passes through a shell is the command line ssh hands to the node's login
   shell. It is produced by ``shlex.join`` over the full argv, so every argument arrives byte-exact.
-* ``pct`` runs with a small login-like environment (``clean_environment``). ``pct exec`` is always
-  given ``--keep-env 1`` explicitly (pve-container documents that its default changes to 0 in a
-  later major version), so this is also the environment inside the container, except for PATH,
-  which pct sets to ``/sbin:/bin:/usr/sbin:/usr/bin``. Under sudo, sudo's ``env_reset`` replaces it
-  first (see the connection's documentation for what the container then sees).
+* ``pct`` runs with a small login-like environment (``clean_environment``). ``pct exec`` is given
+  ``--keep-env 1`` explicitly (pve-container documents that its default changes to 0 in a later major
+  version), so this is also the environment inside the container, except for PATH, which pct sets to
+  ``/sbin:/bin:/usr/sbin:/usr/bin``. Under sudo, sudo's ``env_reset`` replaces it first (see the
+  connection's documentation for what the container then sees). pve-container before 5.0.9 (Proxmox
+  VE 7.4 to 8.1) has no ``--keep-env`` and refuses it; its exec keeps the environment (lxc-attach's
+  default), so ``pct_exec_argv`` leaves the option out when asked to (``keep_env`` False).
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ PUT_SCRIPT = 'cat > "$1"'
 LANG = "C.UTF-8"
 # pct exec keeps its environment for the command (pve-container's default today, to become 0 later).
 KEEP_ENV = ("--keep-env", "1")
+# The connection's keep_env option (pct_keep_env): auto passes it and goes on without it once pct refuses it.
+KEEP_ENV_MODES = ("auto", "true", "false")
+_TRUE = ("true", "yes", "on", "1", "y", "t")
+_FALSE = ("false", "no", "off", "0", "n", "f")
 # sudo never prompts (no terminal to prompt on): -n; the end of sudo's options: --.
 BECOME_FLAGS = ("-n", "--")
 DEFAULT_BECOME_EXE = "sudo"
@@ -49,12 +55,17 @@ DEFAULT_BECOME_EXE = "sudo"
 # (digits only), then "--", then how pct is invoked (``pct_invocation``: "pct", or "sudo -n -- pct"),
 # so that only pct runs under sudo, never this shell.
 # A failed `pct config` is reported with its exit status; its message goes to stderr.
+# First `pct help exec`, whose usage names --keep-env when this pct has it (pve-container 5.0.9 and newer),
+# in a section of its own before the configs, so the inventory learns it without another ssh call.
 CONFIG_BATCH_SCRIPT = """m=$1
 shift
 ids=
 while [ "$#" -gt 0 ] && [ "$1" != -- ]; do ids="$ids $1"; shift; done
 [ "$#" -gt 1 ] || { echo "config batch: no pct invocation after --" >&2; exit 2; }
 shift
+[ -n "$ids" ] || exit 0
+printf '%s help\\n' "$m"
+"$@" help exec 2>/dev/null || printf '\\n%s help failed %s\\n' "$m" "$?"
 for id in $ids; do
   printf '\\n%s %s\\n' "$m" "$id"
   "$@" config "$id" || printf '\\n%s %s failed %s\\n' "$m" "$id" "$?"
@@ -83,6 +94,7 @@ class PctTarget:
     ssh_args: tuple[str, ...] = ()
     ssh_control: tuple[str, ...] = ()
     timeout: int = 10
+    keep_env: str = "auto"
 
     @property
     def is_remote(self) -> bool:
@@ -135,6 +147,18 @@ def parse_become_exe(value: object, variable: str = "pct_node_become_exe") -> st
     if not isinstance(value, str) or value.startswith("-") or any(c.isspace() for c in value):
         raise PctOptionError(f"Invalid {variable} {value!r}: expected a program name or absolute path such as sudo (no spaces, no leading '-')")
     return value
+
+
+def parse_keep_env(value: object) -> str:
+    """The ``pct_keep_env`` option as ``auto``, ``true`` or ``false`` (booleans as Ansible writes them), or PctOptionError."""
+    text = "auto" if value is None else str(value).strip().lower() or "auto"
+    if text in _TRUE:
+        return "true"
+    if text in _FALSE:
+        return "false"
+    if text != "auto":
+        raise PctOptionError(f"Invalid pct_keep_env {value!r}: expected auto, true or false")
+    return text
 
 
 def parse_ssh_args(value: object) -> tuple[str, ...]:
@@ -204,11 +228,14 @@ def pct_invocation(target: PctTarget) -> list[str]:
     return [target.pct_path]
 
 
-def pct_exec_argv(target: PctTarget, command: t.Sequence[str]) -> list[str]:
-    """``pct exec VMID --keep-env 1 -- CMD...`` (under ``sudo -n --`` with ``node_become``) as run on the node."""
+def pct_exec_argv(target: PctTarget, command: t.Sequence[str], keep_env: bool = True) -> list[str]:
+    """``pct exec VMID --keep-env 1 -- CMD...`` (under ``sudo -n --`` with ``node_become``) as run on the node.
+
+    ``keep_env`` False leaves ``--keep-env 1`` out, for pct before pve-container 5.0.9, which refuses it.
+    """
     if not command:
         raise ValueError("command must not be empty")
-    return [*pct_invocation(target), "exec", str(target.vmid), *KEEP_ENV, "--", *command]
+    return [*pct_invocation(target), "exec", str(target.vmid), *(KEEP_ENV if keep_env else ()), "--", *command]
 
 
 def remote_command_line(argv: t.Sequence[str], env: t.Mapping[str, str]) -> str:
@@ -241,14 +268,14 @@ def on_node_argv(target: PctTarget, argv: t.Sequence[str], env: t.Mapping[str, s
     return ssh_argv(target, remote_command_line(argv, env))
 
 
-def build_command(target: PctTarget, command: t.Sequence[str], env: t.Mapping[str, str]) -> list[str]:
+def build_command(target: PctTarget, command: t.Sequence[str], env: t.Mapping[str, str], keep_env: bool = True) -> list[str]:
     """Full argv to run on the controller for ``command`` inside the container.
 
     Local node: ``pct exec ...`` (run it with ``env`` as its environment).
     Remote node: ``ssh ... node -- 'env -i -C / VAR=... pct exec ...'``.
-    With ``node_become``, ``pct`` is preceded by ``sudo -n --`` in both.
+    With ``node_become``, ``pct`` is preceded by ``sudo -n --`` in both; ``keep_env`` as in ``pct_exec_argv``.
     """
-    return on_node_argv(target, pct_exec_argv(target, command), env)
+    return on_node_argv(target, pct_exec_argv(target, command, keep_env), env)
 
 
 def node_command_argv(target: PctTarget, argv: t.Sequence[str], env: t.Mapping[str, str]) -> list[str]:
@@ -271,6 +298,11 @@ def resolve_local_pct(pct_path: str) -> str | None:
 def printable(argv: t.Sequence[str]) -> str:
     """argv as a shell-quoted line that can be logged even with undecodable bytes."""
     return shlex.join(argv).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def config_argv(target: PctTarget) -> list[str]:
+    """``pct config VMID`` of the target's container (under ``sudo -n --`` with ``node_become``) as run on the node."""
+    return [*pct_invocation(target), "config", str(target.vmid)]
 
 
 def list_argv(target: PctTarget) -> list[str]:

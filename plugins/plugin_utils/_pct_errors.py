@@ -7,6 +7,15 @@ Controller-only helpers of the ``trainops.pct_launch.pct`` connection plugin. ``
 the exit status and stderr of one ``pct exec`` run and returns a cause when the command never ran in
 the container; messages read ``<what failed> <object>: <cause>`` (see ``failure_message``).
 Also recognised: ``sudo`` refusing to run pct (``node_become``), and pct run without root.
+
+pct's own failures are recognised by pct's words, whatever the exit status: Perl's ``die`` exits with
+``$!`` (or 255), so the number is not fixed, and over ssh pct's 255 is not ssh's. Read from the sources:
+a container's lock (pve-guest-common AbstractConfig::check_lock, ``CT is locked (backup)``), pve-cluster
+(pmxcfs) not answering (pve-cluster PVE::Cluster::cfs_update warns ``ipcc_send_rec[N] failed: ...``,
+pve-access-control PVE::RPCEnvironment::init_request dies ``Unable to load access control list: ...``),
+an option pct does not know (Getopt::Long's ``Unknown option: keep-env``, then pve-common
+JSONSchema::get_options' ``400 unable to parse option`` and the usage of the verb: pve-container before
+5.0.9 has no ``pct exec --keep-env``).
 """
 
 from __future__ import annotations
@@ -48,6 +57,30 @@ _SSH_CONNECT = re.compile(
 )
 
 
+# pve-guest-common AbstractConfig::check_lock (start, stop, shutdown; exec and status never check it).
+_LOCKED = re.compile(r"\bCT is locked \(([a-z-]+)\)")
+# What holds each lock of pve-container's schema (src/PVE/LXC/Config.pm, ``lock`` enum).
+LOCK_HOLDERS = {
+    "backup": "a vzdump backup of it is running", "create": "it is being created or restored",
+    "destroyed": "it is being destroyed", "disk": "one of its disks is being moved or resized",
+    "fstrim": "pct fstrim is running on it", "migrate": "it is being migrated to another node",
+    "mounted": "its file systems are mounted on the node (pct mount)", "rollback": "it is being rolled back to a snapshot",
+    "snapshot": "a snapshot of it is being taken", "snapshot-delete": "a snapshot of it is being removed",
+}
+# pve-cluster (pmxcfs, /etc/pve) not answering pct: cfs_update's warnings, init_request's die.
+_CLUSTER = re.compile(r"^(?:Unable to load access control list|ipcc_send_rec\[\d+\] failed): (.*)$", re.MULTILINE)
+_CLUSTER_DOWN = ("Connection refused", "No such file or directory")
+# pmxcfs answers only root and the www-data group: another user gets these.
+_CLUSTER_NOT_ROOT = ("Unknown error -1", "Permission denied")
+# pct refusing its command line: Getopt::Long's warnings, the 400 die of get_options / parameter checks, the verb's usage.
+_UNKNOWN_OPTION = re.compile(r"^Unknown option: (\S+)$", re.MULTILINE)
+_BAD_ARGUMENTS = re.compile(r"^400 (?:unable to parse option|Parameter verification failed\.|wrong number of arguments"
+                            r"|too many arguments|not enough arguments)$", re.MULTILINE)
+_PCT_USAGE = re.compile(r"^pct [a-z-]+ <vmid>", re.MULTILINE)
+_KEEP_ENV_FIX = ("pve-container before 5.0.9 (Proxmox VE before 8.2) has no pct exec --keep-env; set the host variable "
+                 "pct_keep_env to false (or auto, the default, which goes on without it) for the containers of that node, or upgrade it")
+
+
 class ContainerNotRunning(AnsibleConnectionFailure):
     """pct or lxc-attach said the container is not running: it is stopped (or stopping), not unreachable."""
 
@@ -86,13 +119,82 @@ def _pct_cause(target: PctTarget, rc: int, text: str) -> str | None:
     """Causes reported by pct itself or by lxc-attach."""
     if line := _matches_vmid(_NOT_EXIST, text, target.vmid):
         return f"the container does not exist on {target.describe_node()} (pct: {line})"
-    if cause := _not_running_cause(target, rc, text):
+    if cause := _not_running_cause(target, rc, text) or _proxmox_cause(target, text):
         return cause
     if rc in (126, 127) and (match := _EXEC_FAILED.search(text)):
         program = match.group(1)
         verb = "is not executable" if rc == 126 else "was not found"
         return f"{program} {verb} inside the container (exit status {rc}); the container needs a POSIX sh and cat"
     return None
+
+
+def keep_env_refused(rc: int, stderr: bytes) -> bool:
+    """Whether pct refused ``pct exec --keep-env`` (pve-container before 5.0.9): nothing ran in the container.
+
+    All three of pct's lines must be there (Getopt::Long's warning, get_options' die, exec's usage): a command in the
+    container that says ``Unknown option: keep-env`` alone is not taken for pct.
+    """
+    text = stderr.decode("utf-8", "replace")
+    return (rc != 0 and "keep-env" in _UNKNOWN_OPTION.findall(text) and "400 unable to parse option" in text
+            and re.search(r"^pct exec <vmid>", text, re.MULTILINE) is not None)
+
+
+def _proxmox_cause(target: PctTarget, text: str) -> str | None:
+    """pct's own dies of a Proxmox VE node: a locked container, pve-cluster not answering, a refused command line."""
+    node = target.describe_node()
+    if match := _LOCKED.search(text):
+        return locked_cause(target, match.group(1), f"pct: {match.group(0)}")
+    if lines := [m.group(0) for m in _CLUSTER.finditer(text)]:
+        detail = " | ".join(lines[-2:])
+        if any(reason in lines[-1] for reason in _CLUSTER_DOWN):
+            return (f"pve-cluster (pmxcfs, the file system of /etc/pve) is not running on {node}, so pct cannot read "
+                    f"the configuration (pct: {detail}); start it there (systemctl start pve-cluster; journalctl -u pve-cluster "
+                    "says why it stopped), then try again")
+        if any(reason in lines[-1] for reason in _CLUSTER_NOT_ROOT):
+            return f"pve-cluster on {node} does not answer the user pct ran as (pct: {detail}); {_root_fix(target)}"
+        return f"pct on {node} cannot read the configuration from pve-cluster (pmxcfs) (pct: {detail}); check systemctl status pve-cluster there"
+    if _BAD_ARGUMENTS.search(text) and _PCT_USAGE.search(text):
+        detail = _detail(text)
+        if "keep-env" in _UNKNOWN_OPTION.findall(text):
+            return f"pct on {node} does not know the option --keep-env (pct: {detail}); {_KEEP_ENV_FIX}"
+        return (f"pct on {node} refused the command line (pct: {detail}); this collection supports the pct of Proxmox VE 7.4 to 9: "
+                "report the message with the node's pveversion")
+    return None
+
+
+def locked_cause(target: PctTarget, lock: str, evidence: str) -> str:
+    """A container that pct refuses to start or stop because of its config lock (``lock: backup``); ``evidence``: pct's words."""
+    holder = LOCK_HOLDERS.get(lock, f"a task holds the lock {lock}")
+    if lock == "mounted":
+        fix = f"unmount it with 'pct unmount {target.vmid}' when the work on its files is done"
+    else:
+        fix = (f"wait for that task to end (pvenode task list on {target.describe_node()}, or the web UI); a lock left by a task "
+               f"that failed is removed with 'pct unlock {target.vmid}'")
+    return f"the container is locked ({lock}) on {target.describe_node()}: {holder}; {fix} ({evidence})"
+
+
+def stopped_locked_cause(target: PctTarget, lock: str, evidence: str) -> str:
+    """A stopped container whose config has a lock: what holds it, when to try again (``evidence``: ``not_running_evidence``)."""
+    if lock != "backup":
+        return f"the container is not running and {locked_cause(target, lock, evidence).removeprefix('the container ')}"
+    return (f"the container is not running and is locked (backup) on {target.describe_node()}: a vzdump backup in stop mode "
+            f"stops it and starts it again when it ends; wait for the backup (pvenode task list on {target.describe_node()}, "
+            f"or the web UI), then try again; if no backup runs any more, a failed one left the lock: 'pct unlock {target.vmid}', "
+            f"then 'pct start {target.vmid}' ({evidence})")
+
+
+def not_running_evidence(target: PctTarget, stderr: bytes) -> str:
+    """Who said the container is not running, and how: ``pct: container '200' not running!`` or lxc-attach's words."""
+    text = stderr.decode("utf-8", "replace")
+    if line := _matches_vmid(_NOT_RUNNING, text, target.vmid):
+        return f"pct: {line}"
+    return f"lxc-attach: {_NO_INIT_PID}" if _NO_INIT_PID in text else f"pct: {_detail(text)}"
+
+
+def config_lock(config_text: str) -> str | None:
+    """The ``lock`` of a ``pct config`` output, or None."""
+    match = re.search(r"^lock: ([a-z-]+)$", config_text, re.MULTILINE)
+    return match.group(1) if match else None
 
 
 def _ssh_cause(target: PctTarget, text: str) -> str:
@@ -163,9 +265,13 @@ def not_root_cause(target: PctTarget, text: str) -> str | None:
     if _NOT_ROOT not in text:
         return None
     user = target.node_user or "the login user"
+    return f"pct needs root on {target.describe_node()} and ran as {user} (pct: {_NOT_ROOT}); {_root_fix(target)}"
+
+
+def _root_fix(target: PctTarget) -> str:
+    """How to run pct as root on the node."""
     fix = "set pct_node_user to root" if target.is_remote else "run Ansible as root"
-    return (f"pct needs root on {target.describe_node()} and ran as {user} (pct: {_NOT_ROOT}); "
-            f"{fix}, or set pct_node_become to true to run pct with sudo -n and {sudoers_hint(target)}")
+    return f"{fix}, or set pct_node_become to true to run pct with sudo -n and {sudoers_hint(target)}"
 
 
 def _transport_cause(target: PctTarget, rc: int, text: str) -> str | None:

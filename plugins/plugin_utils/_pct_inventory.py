@@ -45,6 +45,8 @@ NODE_KEYS = ("name", "node_user", "node_become", "node_become_exe", "ssh_args", 
 _GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*")
 _INT = re.compile(r"[0-9]+")
+# The connection's variable for pct exec's --keep-env (pve-container 5.0.9 and newer have it).
+KEEP_ENV_VAR = "pct_keep_env"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,9 +243,35 @@ def container_vars(spec: NodeSpec, listed: ListedContainer, config: PctConfig) -
     return hostvars
 
 
-def connection_vars(spec: NodeSpec, connection: str) -> dict[str, t.Any]:
-    """Variables for the pct connection; settings left at the connection's defaults are not set."""
+def help_keep_env(batch_output: str, marker: str) -> bool | None:
+    """Whether the node's pct has ``pct exec --keep-env``, from the ``pct help exec`` section of the config batch.
+
+    None when pct's help did not answer (or is not one of ``pct exec``): the connection's auto mode then finds out.
+    """
+    lines = batch_output.splitlines()
+    if f"{marker} help" not in lines:
+        return None
+    section: list[str] = []
+    for line in lines[lines.index(f"{marker} help") + 1:]:
+        if line.startswith(f"{marker} "):
+            if line.startswith(f"{marker} help failed"):
+                return None
+            break
+        section.append(line)
+    if not any(line.startswith("USAGE: pct exec <vmid>") for line in section):
+        return None
+    return any(line.strip().startswith("--keep-env") for line in section)
+
+
+def connection_vars(spec: NodeSpec, connection: str, keep_env: bool | None = None) -> dict[str, t.Any]:
+    """Variables for the pct connection; settings left at the connection's defaults are not set.
+
+    ``keep_env`` False (the node's pct has no ``--keep-env``) sets ``pct_keep_env: false``, so that the connection
+    does not try the option first in every task.
+    """
     hostvars: dict[str, t.Any] = {"ansible_connection": connection}
+    if keep_env is False:
+        hostvars[KEEP_ENV_VAR] = False
     if spec.pct_path != "pct":
         hostvars["pct_path"] = spec.pct_path
     if spec.node_become:

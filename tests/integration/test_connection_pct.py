@@ -31,6 +31,8 @@ from ansible.plugins.loader import connection_loader
 
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_command import CLEAN_PATH
 
+from .conftest import knob_pct
+
 PCT = shutil.which("pct", path=CLEAN_PATH)
 INVENTORY = Path(__file__).resolve().parent / "inventory_connection.yml"
 RUNNING, STOPPED, MISSING = 200, 201, 999_999_999
@@ -317,3 +319,156 @@ def test_remote_node_errors(loopback_node: dict[str, Any]) -> None:
     conn.set_options(var_options={"pct_vmid": RUNNING, **loopback_node, "pct_ssh_args": f"-p {_free_port()} -o LogLevel=ERROR"})
     with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot run a command in container 200 on node 127.0.0.1: ssh could not run pct .*refused"):
         conn.exec_command("true")
+
+
+# --- faults of real nodes, through the stand-in's knobs (tools/pve_standin/standin_faults.py) -----------------------
+# Each test gets its knobs through a pct_path wrapper (conftest.knob_pct), so the node's other users see none of them.
+
+KEEP_ENV_WARNING = "pct on the local node does not know the option --keep-env of pct exec"
+LOCKED = 561  # a running container of this module whose config gets a lock
+
+
+def _calls(path: Path) -> list[list[str]]:
+    """The pct calls of a call log (argv without the program)."""
+    return [json.loads(line)["argv"][1:] for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+
+
+def _exec_options(calls: list[list[str]]) -> list[list[str]]:
+    """What each pct exec put between its VMID and ``--``."""
+    return [call[2:call.index("--")] for call in calls if call and call[0] == "exec"]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["no-pipelining", "pipelining"])
+def test_pve_container_5_0_8_without_keep_env(running: int, tmp_path: Path, enabled: bool) -> None:
+    """Proxmox VE 7.4 to 8.1: pct refuses --keep-env; the connection runs the same command again without it and warns once."""
+    log = tmp_path / "calls.jsonl"
+    pct_path = knob_pct(tmp_path, pve_container="5.0.8", call_log=str(log))
+    data = _blob(tmp_path / "blob.bin")
+    extra = ["-e", f"pct_path={pct_path}", *pipelining(enabled)]
+    result = ansible("pct_running", "copy", f"src={tmp_path / 'blob.bin'} dest=/tmp/trainops-old-{uuid.uuid4().hex}", *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f'"checksum": "{hashlib.sha1(data).hexdigest()}"' in result.stdout
+    assert _one_line(result.stderr).count(KEEP_ENV_WARNING) == 1, result.stderr
+    options = _exec_options(_calls(log))
+    # every task's connection tries the option once: refused, then every call of that task without it
+    assert options[0] == ["--keep-env", "1"] and options[1] == [] and all(o in ([], ["--keep-env", "1"]) for o in options), options
+    assert [i for i, o in enumerate(options) if o] == [i for i, o in enumerate(options) if o and i + 1 < len(options) and not options[i + 1]]
+    env = ansible("pct_running", "raw", "env", "-e", f"pct_path={pct_path}")
+    assert env.returncode == 0 and "LANG=C.UTF-8" in env.stdout.splitlines(), env.stdout  # lxc-attach kept it, with no option
+    assert "PATH=/sbin:/bin:/usr/sbin:/usr/bin" in env.stdout.splitlines()
+
+
+def test_pve_container_5_0_8_with_pct_keep_env_false_or_true(running: int, tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    pct_path = knob_pct(tmp_path, pve_container="5.0.8", call_log=str(log))
+    result = ansible("pct_running", "ping", None, "-e", f"pct_path={pct_path}", "-e", "pct_keep_env=false")
+    assert result.returncode == 0 and '"ping": "pong"' in result.stdout, result.stdout + result.stderr
+    assert KEEP_ENV_WARNING not in _one_line(result.stderr) and _exec_options(_calls(log)) == [[]]  # one call, no refusal
+    result = ansible("pct_running", "ping", None, "-e", f"pct_path={pct_path}", "-e", "pct_keep_env=true")
+    assert result.returncode != 0 and "UNREACHABLE" in result.stdout
+    assert ("Cannot run a command in container 200: pct on the local node does not know the option --keep-env "
+            "(pct: Unknown option: keep-env | 400 unable to parse option | pct exec <vmid> [<extra-args>]); "
+            "pve-container before 5.0.9") in _one_line(result.stdout), result.stdout
+
+
+def test_pve_container_5_0_8_transfers_are_sent_again(running: int, tmp_path: Path, workdir: str) -> None:
+    """put_file and fetch_file of a refused call send the file again; nothing of it reached the container the first time."""
+    log = tmp_path / "calls.jsonl"
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options={"pct_vmid": RUNNING, "pct_path": knob_pct(tmp_path, pve_container="5.0.8", call_log=str(log))})
+    data = _blob(tmp_path / "src")
+    conn.put_file(str(tmp_path / "src"), f"{workdir}/blob")
+    fresh = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    fresh.set_options(var_options={"pct_vmid": RUNNING, "pct_path": knob_pct(tmp_path, pve_container="5.0.8", call_log=str(log))})
+    fresh.fetch_file(f"{workdir}/blob", str(tmp_path / "back"))
+    assert (tmp_path / "back").read_bytes() == data
+    assert _exec_options(_calls(log)) == [["--keep-env", "1"], [], ["--keep-env", "1"], []]
+
+
+@pytest.mark.parametrize("die_status", ["1", "2", "111", "255"])
+def test_pct_failures_do_not_depend_on_the_exit_status(running: int, stopped: int, tmp_path: Path, die_status: str) -> None:
+    """A Perl die exits with $! (or 255): the messages are the same whatever the number."""
+    pct_path = knob_pct(tmp_path, die_status=die_status)
+    cases = {"pct_stopped": f"Cannot run a command in container {stopped}: the container is not running; start it with 'pct start {stopped}'",
+             "pct_missing": f"Cannot run a command in container {MISSING}: the container does not exist on the local node"}
+    for group, expected in cases.items():
+        result = ansible(group, "ping", None, "-e", f"pct_path={pct_path}")
+        assert result.returncode != 0 and "UNREACHABLE" in result.stdout and expected in result.stdout, result.stdout
+    old = knob_pct(tmp_path, die_status=die_status, pve_container="5.0.8")
+    result = ansible("pct_running", "ping", None, "-e", f"pct_path={old}")
+    assert result.returncode == 0 and '"ping": "pong"' in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("die_status", ["", "255"])
+def test_pve_cluster_down(running: int, tmp_path: Path, die_status: str) -> None:
+    pct_path = knob_pct(tmp_path, cluster="down", **({"die_status": die_status} if die_status else {}))
+    result = ansible("pct_running", "ping", None, "-e", f"pct_path={pct_path}")
+    assert result.returncode != 0 and "UNREACHABLE" in result.stdout
+    assert ("Cannot run a command in container 200: pve-cluster (pmxcfs, the file system of /etc/pve) is not running on the local node, "
+            "so pct cannot read the configuration (pct: ipcc_send_rec[3] failed: Connection refused | "
+            "Unable to load access control list: Connection refused); start it there (systemctl start pve-cluster") in _one_line(result.stdout)
+
+
+@pytest.fixture()
+def locked(tmp_path: Path) -> Iterator[Path]:
+    """Container 561 running, with ``lock: backup`` in its config; unlocked and destroyed afterwards."""
+    if pct("config", LOCKED).returncode == 0:
+        pct("destroy", LOCKED, "--force", "1")
+    pct("create", LOCKED, "--release", "bookworm", "--start", "1", check=True)
+    conf = next(Path(os.environ.get("PVE_STANDIN_ROOT", "/var/lib/pve-standin")).glob(f"nodes/*/lxc/{LOCKED}.conf"))
+    with open(conf, "a", encoding="utf-8") as out:
+        out.write("lock: backup\n")
+    try:
+        yield conf
+    finally:
+        conf.write_text("".join(line for line in conf.read_text(encoding="utf-8").splitlines(True) if not line.startswith("lock:")),
+                        encoding="utf-8")
+        pct("destroy", LOCKED, "--force", "1")
+
+
+def test_a_locked_container(locked: Path, tmp_path: Path) -> None:
+    """A vzdump backup's lock: exec goes on in a running container; stop refuses; a stopped locked one says: wait for the backup."""
+    host = {"pct_vmid": LOCKED}
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options=host)
+    assert conn.exec_command("true")[0] == 0  # pct exec checks no lock
+    refused = pct("stop", LOCKED)
+    assert refused.returncode != 0 and refused.stderr == b"CT is locked (backup)\n"
+    assert b"backup" in pct("list").stdout
+    pct("stop", LOCKED, "--skiplock", "1", check=True)  # vzdump in stop mode stops it so
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options=host)
+    with pytest.raises(AnsibleConnectionFailure) as failure:
+        conn.exec_command("true")
+    assert str(failure.value).startswith(
+        f"Cannot run a command in container {LOCKED}: the container is not running and is locked (backup) on the local node: a vzdump "
+        "backup in stop mode stops it and starts it again when it ends; wait for the backup"), str(failure.value)
+    assert str(failure.value).endswith(f"(pct: container '{LOCKED}' not running!)")
+    assert type(failure.value).__name__ == "ContainerNotRunning"
+
+
+def test_remote_node_faults_over_ssh(loopback_node: dict[str, Any], running: int, stopped: int, tmp_path: Path) -> None:
+    """Over ssh, pct's own 255 with pct's words is pct's failure, never ssh's; an old pct over ssh works as locally."""
+    node = loopback_node["pct_node"]
+    cases = [
+        ({"cluster": "down", "die_status": "255"}, RUNNING, f"pve-cluster (pmxcfs, the file system of /etc/pve) is not running on node {node}"),
+        ({"die_status": "255"}, stopped, "the container is not running; start it with"),
+        ({"die_status": "255"}, MISSING, f"the container does not exist on node {node}"),
+        ({"pve_container": "5.0.8", "die_status": "255"}, RUNNING, None),
+    ]
+    for knobs, vmid, expected in cases:
+        conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+        conn.set_options(var_options={"pct_vmid": vmid, **loopback_node, "pct_path": knob_pct(tmp_path, **knobs),
+                                      **({"pct_keep_env": "true"} if expected is None else {})})
+        with pytest.raises(AnsibleConnectionFailure) as failure:
+            conn.exec_command("true")
+        text = str(failure.value)
+        assert text.startswith(f"Cannot run a command in container {vmid} on node {node}: "), text
+        assert "ssh could not" not in text and (expected or "does not know the option --keep-env") in text, text
+    conn = connection_loader.get("trainops.pct_launch.pct", PlayContext())
+    conn.set_options(var_options={"pct_vmid": RUNNING, **loopback_node, "pct_path": knob_pct(tmp_path, pve_container="5.0.8")})
+    assert conn.exec_command("printf %s ok")[:2] == (0, b"ok")

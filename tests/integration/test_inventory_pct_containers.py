@@ -256,7 +256,53 @@ def test_two_ssh_calls_per_node_status_filter(nodes: Nodes, tmp_path: Path) -> N
     assert sorted(call.split(" -- ")[0].split()[-1] for call in calls) == ["pve-c", "pve-c", "pve-d", "pve-d"]
     pct_calls = [json.loads(line) for line in call_log.read_text(encoding="utf-8").splitlines()]
     assert sorted((call["node"], call["argv"][1], *call["argv"][2:3]) for call in pct_calls) == [
-        ("pve-c", "config", "342"), ("pve-c", "list"), ("pve-d", "config", "344"), ("pve-d", "config", "345"), ("pve-d", "list")]
+        ("pve-c", "config", "342"), ("pve-c", "help", "exec"), ("pve-c", "list"),
+        ("pve-d", "config", "344"), ("pve-d", "config", "345"), ("pve-d", "help", "exec"), ("pve-d", "list")]
+    assert all("pct_keep_env" not in host for host in inventory["_meta"]["hostvars"].values())  # pct 6.x has --keep-env
+
+
+def test_a_node_with_pve_container_5_0_8(nodes: Nodes, tmp_path: Path) -> None:
+    """pct without --keep-env on pve-c (Proxmox VE 7.4 to 8.1): learnt in the batch, no call more; its hosts get pct_keep_env false,
+    and their tasks then cost one pct exec each, none refused."""
+    ssh, log = counting_ssh(tmp_path)
+    call_log = tmp_path / "pct-calls.jsonl"
+    knobs = {name: NODES_BASE / name / "root" / "knobs.conf" for name in REMOTE}
+    knobs["pve-c"].write_text(f"call_log={call_log}\npve_container=5.0.8\n", encoding="utf-8")
+    knobs["pve-d"].write_text(f"call_log={call_log}\n", encoding="utf-8")
+    try:
+        source = write_source(tmp_path / "old.pct_containers.yml", nodes=list(REMOTE), ssh_args=f"-F {nodes.ssh_config}",
+                              ssh_executable=str(ssh), status=["running"], compose={"ansible_python_interpreter": "'/usr/bin/python3'"})
+        inventory, stderr = inventory_list(source)
+        assert len(log.read_text(encoding="utf-8").splitlines()) == 4  # pct list and the batch per node, as before
+        hostvars = inventory["_meta"]["hostvars"]
+        assert hostvars["ct342"]["pct_keep_env"] is False
+        assert "pct_keep_env" not in hostvars["ct344"] and "pct_keep_env" not in hostvars["ct345"]
+        call_log.unlink()
+        result = run_cli("ansible", "-i", str(source), "ct342,ct344", "-m", "ansible.builtin.command", "-a", "cat /etc/hostname", "-o")
+    finally:
+        for path in knobs.values():
+            path.unlink(missing_ok=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ct342 | CHANGED | rc=0 | (stdout) trainer-c" in result.stdout and "does not know the option --keep-env" not in result.stderr
+    execs = [(call["node"], call["argv"][3:call["argv"].index("--")]) for call in map(json.loads, call_log.read_text(encoding="utf-8").splitlines())
+             if call["argv"][1] == "exec"]
+    assert sorted(execs) == [("pve-c", []), ("pve-d", ["--keep-env", "1"])], execs
+
+
+def test_pve_cluster_down_on_a_node(nodes: Nodes, tmp_path: Path) -> None:
+    """pmxcfs down on pve-c, pct's die exiting 255 as ssh's own failures do: named as pve-cluster's, not ssh's."""
+    knobs = NODES_BASE / "pve-c" / "root" / "knobs.conf"
+    knobs.write_text("cluster=down\ndie_status=255\n", encoding="utf-8")
+    try:
+        source = write_source(tmp_path / "down.pct_containers.yml", nodes=["pve-c", "pve-d"], ssh_args=f"-F {nodes.ssh_config}")
+        result = run_cli("ansible-inventory", "-i", str(source), "--list", env={"ANSIBLE_INVENTORY_UNPARSED_FAILED": "1"})
+    finally:
+        knobs.unlink(missing_ok=True)
+    message = " ".join(result.stderr.split())
+    assert result.returncode != 0
+    assert ("Cannot list the containers of node pve-c: pve-cluster (pmxcfs, the file system of /etc/pve) is not running on node pve-c, "
+            "so pct cannot read the configuration") in message, message
+    assert "ssh could not" not in message
 
 
 def test_unreachable_node(nodes: Nodes, tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO
+from .conftest import REPO, knob_pct
 from .nodes import RemoteNodes, host_block
 from .playbook_results import LAUNCH_TASK, exec_calls, launch_proof, launch_results, task_results
 
@@ -496,6 +496,100 @@ def test_errors_name_node_and_container(fleet: RemoteNodes, runner: Runner, tmp_
     assert f" s: {connection_message}" in message(wait) and cause in message(wait), message(wait)
     assert "The job's start is not proven" in message(wait), message(wait)
     print(f"\n{case}: pct connection: {message(task_result(results, 'Ping', 'ct'))}\n{case}: wait_for_log: {message(wait)}")
+
+
+# ---------------------------------------------------------------------------- older pct, pct's own failures over ssh
+# The stand-in's knobs reach pct on pve-a through a pct_path wrapper (conftest.knob_pct, a file on this machine, which the
+# node shares): other tests on pve-a see none of them.
+
+CT_LOCKED = 322
+KEEP_ENV_WARNING = "pct on node pve-a does not know the option --keep-env of pct exec"
+
+
+def _pct_execs(call_log: Path) -> list[list[str]]:
+    """What each pct exec of a call log put between its VMID and ``--``."""
+    calls = [json.loads(line)["argv"][1:] for line in call_log.read_text(encoding="utf-8").splitlines()] if call_log.exists() else []
+    return [call[2:call.index("--")] for call in calls if call[0] == "exec"]
+
+
+def test_pve_container_5_0_8_over_ssh(fleet: RemoteNodes, runner: Runner, tmp_path: Path) -> None:
+    """Proxmox VE 7.4 to 8.1 over ssh: refused --keep-env, the same command again without it (one ssh call more), one warning
+    naming the node; with pct_keep_env false, one pct exec per module task and no warning."""
+    calls = tmp_path / "calls.jsonl"
+    host = {"pct_vmid": CT_A, "pct_node": "pve-a", "pct_path": knob_pct(tmp_path, pve_container="5.0.8", call_log=str(calls))}
+    tasks = [{"name": "Ping", "ansible.builtin.ping": {}}, module_task("tmux_session_info", {}, "Info"),
+             {"name": "Environment", "ansible.builtin.command": "env", "register": "r"}]
+    for keep_env, per_task in (("auto", [["--keep-env", "1"], []]), ("false", [[]])):
+        calls.unlink(missing_ok=True)
+        inventory = write_inventory(tmp_path / "inventory.yml", fleet.ssh_config, {"ct320": dict(host, pct_keep_env=keep_env)}, nodes=())
+        proc, results = runner.play(inventory, tasks, "training", "-vvv")
+        assert proc.returncode == 0, output(proc)
+        assert task_result(results, "Ping", "ct320")["ping"] == "pong"
+        assert "LANG=C.UTF-8" in task_result(results, "Environment", "ct320")["stdout_lines"]  # kept by the old exec, no option
+        assert _pct_execs(calls) == per_task * 3, (keep_env, _pct_execs(calls))
+        warnings = " ".join(proc.stderr.split()).count(KEEP_ENV_WARNING)
+        assert warnings == (1 if keep_env == "auto" else 0), output(proc)
+
+
+# case: (stand-in knobs, host vars, the cause in the connection's message)
+PCT_FAULTS = {
+    "cluster-down": ({"cluster": "down"}, {}, "pve-cluster (pmxcfs, the file system of /etc/pve) is not running on node pve-a, so pct cannot "
+                                              "read the configuration (pct: ipcc_send_rec[3] failed: Connection refused | "
+                                              "Unable to load access control list: Connection refused); start it there"),
+    "cluster-down-255": ({"cluster": "down", "die_status": "255"}, {}, "pve-cluster (pmxcfs, the file system of /etc/pve) is not running"),
+    "old-pct-forced-255": ({"pve_container": "5.0.8", "die_status": "255"}, {"pct_keep_env": True},
+                           "pct on node pve-a does not know the option --keep-env (pct: Unknown option: keep-env | 400 unable to parse option"),
+    "missing-container-2": ({"die_status": "2"}, {"pct_vmid": 999999999}, "the container does not exist on node pve-a"),
+}
+
+
+@pytest.mark.parametrize("case", list(PCT_FAULTS))
+def test_pct_failures_over_ssh_are_pct_s(fleet: RemoteNodes, runner: Runner, tmp_path: Path, case: str) -> None:
+    """pct's own die over ssh, whatever its exit status (255 too, ssh's own): classified by pct's words, never as ssh's."""
+    knobs, host_vars, cause = PCT_FAULTS[case]
+    host = {"pct_vmid": CT_A, "pct_node": "pve-a", "pct_path": knob_pct(tmp_path, **knobs), **host_vars}
+    inventory = write_inventory(tmp_path / "inventory.yml", fleet.ssh_config, {"ct": host}, nodes=())
+    go_on = {"ignore_unreachable": True, "ignore_errors": True}
+    proc, results = runner.play(inventory, [{"name": "Ping", "ansible.builtin.ping": {}, **go_on},
+                                            module_task("tmux_session_info", {}, "Info", **go_on)])
+    for task in ("Ping", "Info"):
+        result = task_result(results, task, "ct")
+        assert result["status"] == "unreachable", (task, result, output(proc))
+        text = " ".join(message(result).split())
+        assert text.startswith(f"Cannot run a command in container {host['pct_vmid']} on node pve-a: {cause}"), (task, text)
+        assert "ssh could not" not in text, text
+
+
+@pytest.fixture()
+def locked_ct(fleet: RemoteNodes) -> Iterator[Path]:
+    """Container 322 on pve-a, running, with ``lock: backup`` in its config; the lock is removed afterwards."""
+    fleet.create("pve-a", CT_LOCKED)
+    conf = fleet["pve-a"].state_root / "nodes" / "pve-a" / "lxc" / f"{CT_LOCKED}.conf"
+    conf.write_text(conf.read_text(encoding="utf-8") + "lock: backup\n", encoding="utf-8")
+    try:
+        yield conf
+    finally:
+        conf.write_text("".join(line for line in conf.read_text(encoding="utf-8").splitlines(True) if not line.startswith("lock:")),
+                        encoding="utf-8")
+        fleet["pve-a"].pct("destroy", CT_LOCKED, "--force", "1")
+
+
+def test_a_locked_container_over_ssh(fleet: RemoteNodes, runner: Runner, tmp_path: Path, locked_ct: Path) -> None:
+    """A backup's lock: modules run in the running container (pct exec checks no lock); pct stop refuses with pve-guest-common's
+    words; stopped and still locked (vzdump in stop mode), the connection says a backup holds it."""
+    inventory = write_inventory(tmp_path / "inventory.yml", fleet.ssh_config, {"ct": {"pct_vmid": CT_LOCKED, "pct_node": "pve-a"}}, nodes=())
+    proc, results = runner.play(inventory, [{"name": "Ping", "ansible.builtin.ping": {}}])
+    assert proc.returncode == 0 and task_result(results, "Ping", "ct")["ping"] == "pong", output(proc)
+    refused = fleet["pve-a"].pct("stop", CT_LOCKED)
+    assert (refused.returncode, refused.stderr) == (255, b"CT is locked (backup)\n")
+    fleet["pve-a"].pct("stop", CT_LOCKED, "--skiplock", "1", check=True)
+    proc, results = runner.play(inventory, [{"name": "Ping", "ansible.builtin.ping": {}, "ignore_unreachable": True}])
+    result = task_result(results, "Ping", "ct")
+    text = " ".join(message(result).split())
+    assert result["status"] == "unreachable" and text.startswith(
+        f"Cannot run a command in container {CT_LOCKED} on node pve-a: the container is not running and is locked (backup) on node pve-a: "
+        "a vzdump backup in stop mode stops it and starts it again when it ends; wait for the backup (pvenode task list on node pve-a"), text
+    assert text.endswith(f"'pct unlock {CT_LOCKED}', then 'pct start {CT_LOCKED}' (pct: container '{CT_LOCKED}' not running!)"), text
 
 
 # ---------------------------------------------------------------------------- ControlPersist

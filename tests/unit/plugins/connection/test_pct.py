@@ -47,6 +47,17 @@ import json, os, sys
 state = {state!r}
 mode_file = os.path.join(state, "mode")
 mode = open(mode_file).read().strip() if os.path.exists(mode_file) else "run"
+with open(os.path.join(state, "pct_calls.jsonl"), "a") as out:
+    out.write(json.dumps(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "config":
+    config = os.path.join(state, "config")
+    sys.stdout.write(open(config).read() if os.path.exists(config) else "hostname: ct\\n")
+    sys.exit(0)
+options = sys.argv[3:sys.argv.index("--")] if "--" in sys.argv else []
+if mode == "old" and options:  # pve-container before 5.0.9: no --keep-env (exit status: Perl's die, $!)
+    sys.stderr.write("".join("Unknown option: %s\\n" % o.lstrip("-").split("=")[0] for o in options if o.startswith("-")))
+    sys.stderr.write("400 unable to parse option\\npct exec <vmid> [<extra-args>]\\n")
+    sys.exit(25)
 with open(os.path.join(state, "argv.bin"), "wb") as out:
     out.write(b"".join(os.fsencode(a) + b"\\0" for a in sys.argv))
 fds = {{}}
@@ -125,6 +136,11 @@ class Fake:
     def ssh_calls(self) -> list[list[str]]:
         """The argv of every ssh process started so far, in order."""
         path = self.state / "ssh_calls.jsonl"
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+
+    def pct_calls(self) -> list[list[str]]:
+        """The arguments of every pct call so far, in order."""
+        path = self.state / "pct_calls.jsonl"
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
 
     def call(self) -> dict[str, Any]:
@@ -675,3 +691,117 @@ def test_node_command_local_program_missing(fake: Fake) -> None:
         conn.node_command(["no-such-program-here"])
     with pytest.raises(AnsibleError, match=r"the argv is empty"):
         conn.node_command([])
+
+
+# --- pct without --keep-env (pve-container before 5.0.9: Proxmox VE 7.4 to 8.1) --------------------------------------
+
+
+def _exec_options(calls: list[list[str]]) -> list[list[str]]:
+    """What each pct exec call put between the VMID and ``--``."""
+    return [call[2:call.index("--")] for call in calls if call[0] == "exec"]
+
+
+def test_old_pct_refuses_keep_env_and_the_command_runs_again_without_it(local: Any, fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: the refused call ran nothing; the same command (stdin too) runs again without the option, and so do later ones."""
+    warnings: list[str] = []
+    monkeypatch.setattr(pct_connection_module().display, "warning", warnings.append)
+    monkeypatch.setattr(pct_connection_module(), "_WARNED_KEEP_ENV", set())
+    fake.mode("old")
+    rc, out, err = local.exec_command("cat; echo done", in_data=b"module payload\n")
+    assert (rc, out, err) == (0, b"module payload\ndone\n", b"")
+    local.exec_command("true")
+    assert _exec_options(fake.pct_calls()) == [["--keep-env", "1"], [], []]
+    assert len(warnings) == 1 and warnings[0].startswith("pct on the local node does not know the option --keep-env of pct exec")
+    assert "set the host variable pct_keep_env to false for the containers of the local node" in warnings[0]
+    again = connect(pct_vmid=200, pct_path=str(fake.pct))  # the next task's connection: refused once more, no second warning
+    again.exec_command("true")
+    assert _exec_options(fake.pct_calls())[3:] == [["--keep-env", "1"], []] and len(warnings) == 1
+
+
+def test_old_pct_transfers_are_sent_again(local: Any, fake: Fake, tmp_path: Path) -> None:
+    fake.mode("old")
+    data = _payload(tmp_path / "src", 200_000)
+    local.put_file(str(tmp_path / "src"), str(tmp_path / "dest"))
+    assert (tmp_path / "dest").read_bytes() == data
+    fresh = connect(pct_vmid=200, pct_path=str(fake.pct))
+    fresh.fetch_file(str(tmp_path / "dest"), str(tmp_path / "back"))
+    assert (tmp_path / "back").read_bytes() == data
+    assert _exec_options(fake.pct_calls()) == [["--keep-env", "1"], [], ["--keep-env", "1"], []]
+
+
+def test_old_pct_over_ssh_and_sudo(fake: Fake) -> None:
+    fake.mode("old")
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_node="pve1", pct_ssh_executable=str(fake.ssh), pct_node_become=True,
+                   pct_node_become_exe=str(fake.sudo))
+    assert conn.exec_command("printf %s ok")[:2] == (0, b"ok")
+    assert _exec_options(fake.pct_calls()) == [["--keep-env", "1"], []]
+    assert len(fake.ssh_calls()) == 2
+
+
+@pytest.mark.parametrize("value", [False, "false", "no", "0"])
+def test_keep_env_false_never_passes_the_option(fake: Fake, value: Any) -> None:
+    fake.mode("old")
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_keep_env=value)
+    assert conn.exec_command("printf %s ok")[:2] == (0, b"ok")
+    assert _exec_options(fake.pct_calls()) == [[]]
+
+
+def test_keep_env_true_fails_clearly_on_an_old_pct(fake: Fake) -> None:
+    fake.mode("old")
+    conn = connect(pct_vmid=200, pct_path=str(fake.pct), pct_keep_env=True)
+    with pytest.raises(AnsibleConnectionFailure) as failure:
+        conn.exec_command("true")
+    assert str(failure.value).startswith("Cannot run a command in container 200: pct on the local node does not know the option --keep-env "
+                                         "(pct: Unknown option: keep-env | 400 unable to parse option | pct exec <vmid> [<extra-args>]); "
+                                         "pve-container before 5.0.9"), str(failure.value)
+    assert "set the host variable pct_keep_env to false" in str(failure.value)
+    assert _exec_options(fake.pct_calls()) == [["--keep-env", "1"]]
+
+
+def test_keep_env_auto_on_a_new_pct_costs_nothing(local: Any, fake: Fake) -> None:
+    local.exec_command("true")
+    local.exec_command("true")
+    assert _exec_options(fake.pct_calls()) == [["--keep-env", "1"], ["--keep-env", "1"]]
+    assert local.get_option("keep_env") == "auto"
+
+
+def test_invalid_keep_env(fake: Fake) -> None:
+    with pytest.raises(AnsibleError, match=r"Invalid pct_keep_env 'sometimes': expected auto, true or false"):
+        connect(pct_vmid=200, pct_path=str(fake.pct), pct_keep_env="sometimes").exec_command("true")
+
+
+def test_a_command_that_prints_pct_words_is_not_run_twice(local: Any, fake: Fake) -> None:
+    """Only pct's three lines together mean a refused option: a command saying "Unknown option: keep-env" ran, once."""
+    rc, dummy, err = local.exec_command("echo 'Unknown option: keep-env' >&2; exit 25")
+    assert rc == 25 and b"Unknown option" in err
+    assert len(fake.pct_calls()) == 1
+
+
+# --- a stopped container that is locked (vzdump in stop mode) ------------------------------------------------------
+
+
+def test_stopped_and_locked_for_a_backup_says_wait(local: Any, fake: Fake) -> None:
+    fake.mode("stopped")
+    (fake.state / "config").write_text("hostname: ct\nlock: backup\n", encoding="utf-8")
+    with pytest.raises(AnsibleConnectionFailure) as failure:
+        local.exec_command("true")
+    text = str(failure.value)
+    assert text.startswith("Cannot run a command in container 200: the container is not running and is locked (backup) on the local node: "
+                           "a vzdump backup in stop mode stops it and starts it again when it ends; wait for the backup"), text
+    assert text.endswith("'pct unlock 200', then 'pct start 200' (pct: container '200' not running!)"), text
+    assert type(failure.value).__name__ == "ContainerNotRunning"
+    assert [call[0] for call in fake.pct_calls()] == ["exec", "config"]  # the config only on this failure
+
+
+def test_stopped_without_lock_keeps_the_start_advice(local: Any, fake: Fake) -> None:
+    fake.mode("stopped")
+    with pytest.raises(AnsibleConnectionFailure, match=r"^Cannot run a command in container 200: the container is not running; start it"):
+        local.exec_command("true")
+    fake.mode("run")
+    local.exec_command("true")
+    assert [call[0] for call in fake.pct_calls()] == ["exec", "config", "exec"]  # a success asks no config
+
+
+def pct_connection_module() -> Any:
+    """The loaded connection plugin's module (for its display and warned nodes)."""
+    return sys.modules[type(connect(pct_vmid=200)).__module__]

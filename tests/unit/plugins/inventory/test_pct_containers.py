@@ -50,7 +50,9 @@ class FakeNodes:
         self.pct_path = pct_path
         self.nodes: dict[str, dict[int, tuple[str, str | None]]] = {}
         self.unreachable: set[str] = set()
+        self.cluster_down: dict[str, int] = {}  # node: the exit status of pct's die when pmxcfs is down there
         self.sudo_refuses: set[str] = set()
+        self.pve_container: dict[str, str] = {}  # node: version, for its `pct help exec` (none: no help section)
         self.calls: list[tuple[str, list[str], list[str]]] = []
 
     def add(self, node: str, vmid: int, status: str, config: str | None) -> None:
@@ -81,6 +83,11 @@ class FakeNodes:
 
     def batch_output(self, node: str, marker: str, vmids: list[str]) -> tuple[str, str]:
         out, err = [], []
+        if node in self.pve_container:
+            new = tuple(map(int, self.pve_container[node].split("."))) >= (5, 0, 9)
+            out.append(f"{marker} help\nUSAGE: pct exec <vmid> [<extra-args>]{' [OPTIONS]' if new else ''}\n\n"
+                       "  <vmid>     <integer> (100 - 999999999)\n             The (unique) ID of the VM.\n\n"
+                       + ("  --keep-env <boolean>   (default=1)\n             Keep the current environment.\n\n" if new else ""))
         for vmid in vmids:
             out.append(f"\n{marker} {vmid}\n")
             config = self.nodes.get(node, {}).get(int(vmid), ("", None))[1]
@@ -98,6 +105,8 @@ class FakeNodes:
         assert timeout > 0
         if node in self.unreachable:
             return subprocess.CompletedProcess(argv, 255, b"", f"ssh: connect to host {node} port 22: Connection refused\n".encode())
+        if node in self.cluster_down:
+            return subprocess.CompletedProcess(argv, self.cluster_down[node], b"", CLUSTER_DOWN)
         if side[0] == "sudo" and node in self.sudo_refuses:
             return subprocess.CompletedProcess(argv, 1, b"", b"sudo: a password is required\n")
         if side[-1] == "list":
@@ -230,6 +239,20 @@ def test_unreachable_node_is_an_error_naming_it(source: Source, fake: FakeNodes)
         source.parse(nodes=["local", "pve-c", "pve-d"])
 
 
+CLUSTER_DOWN = (b"ipcc_send_rec[1] failed: Connection refused\nipcc_send_rec[2] failed: Connection refused\n"
+                b"ipcc_send_rec[3] failed: Connection refused\nUnable to load access control list: Connection refused\n")
+
+
+@pytest.mark.parametrize("status", [111, 255])  # Perl's die: $! (ECONNREFUSED) or 255, which over ssh is not ssh's
+def test_pve_cluster_down_on_a_node_is_named(source: Source, fake: FakeNodes, status: int) -> None:
+    fake.cluster_down["pve-c"] = status
+    expected = (r"Cannot list the containers of node pve-c: pve-cluster \(pmxcfs, the file system of /etc/pve\) is not running on node pve-c, "
+                r"so pct cannot read the configuration \(pct: ipcc_send_rec\[3\] failed: Connection refused \| "
+                r"Unable to load access control list: Connection refused\); start it there \(systemctl start pve-cluster")
+    with pytest.raises(AnsibleParserError, match=expected):
+        source.parse(nodes=["local", "pve-c"])
+
+
 def test_unreachable_node_warns_with_node_errors_warn(source: Source, fake: FakeNodes, capsys: pytest.CaptureFixture[str]) -> None:
     fake.unreachable.add("pve-c")
     inventory = source.parse(nodes=["local", "pve-c", "pve-d"], node_errors="warn")
@@ -317,6 +340,22 @@ def test_cache(source: Source, fake: FakeNodes, tmp_path: Path) -> None:
     assert sorted(filtered.hosts) == ["ct341", "ct343"]
     source.parse(use_cache=True, cache=True, **dict(options, nodes=["local", "pve-c", "pve-d"]))
     assert len(fake.calls) == 10, "a node missing from the cache refreshes it"
+
+
+def test_a_node_whose_pct_has_no_keep_env_gets_pct_keep_env_false(source: Source, fake: FakeNodes, tmp_path: Path) -> None:
+    """pve-container 5.0.8 on pve-c: its containers get pct_keep_env false (no refused call per task); 6.x: nothing set."""
+    fake.pve_container.update({"pve-c": "5.0.8", LOCAL: "6.1.10"})
+    options = {"nodes": ["local", "pve-c", "pve-d"], "cache_plugin": "ansible.builtin.jsonfile", "cache_connection": str(tmp_path / "cache")}
+    inventory = source.parse(use_cache=False, cache=True, **options)
+    assert (fake.count(LOCAL), fake.count("pve-c"), fake.count("pve-d")) == (2, 2, 2)  # asked in the batch, no call more
+    assert hostvars(inventory, "ct342")["pct_keep_env"] is False and hostvars(inventory, "ct343")["pct_keep_env"] is False
+    assert "pct_keep_env" not in hostvars(inventory, "ct340")  # knows it: the connection's default passes it
+    assert "pct_keep_env" not in hostvars(inventory, "ct344")  # not known (no help section): the connection finds out
+    source.plugin.update_cache_if_changed()
+    cached = source.parse(use_cache=True, cache=True, **options)
+    assert len(fake.calls) == 6 and hostvars(cached, "ct342")["pct_keep_env"] is False
+    bare = source.parse(nodes=["pve-c"], connection_vars=False)
+    assert "pct_keep_env" not in hostvars(bare, "ct342")
 
 
 def test_failed_refresh_does_not_update_cache(source: Source, fake: FakeNodes, tmp_path: Path) -> None:

@@ -16,9 +16,13 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors im
     not_run_error,
     node_command_error,
     command_failure_cause,
+    config_lock,
     diagnose,
     failure_message,
+    keep_env_refused,
+    not_running_evidence,
     pct_not_found_cause,
+    stopped_locked_cause,
 )
 
 LOCAL = PctTarget(vmid=201)
@@ -252,3 +256,87 @@ def test_become_exe_not_found_cause() -> None:
     cause = become_exe_not_found_cause(PctTarget(vmid=201, node_become=True, node_become_exe="/opt/sudo"), "boom")
     assert cause == ("/opt/sudo was not found at that path on the local node (boom); install it on the node (apt-get install sudo), "
                      "set pct_node_become_exe, or log in as root and set pct_node_become to false")
+
+
+
+# --- pct's own dies of a Proxmox VE node, read from the sources (tools/pve_standin/standin_faults.py imitates them) ---
+
+OLD_PCT = b"Unknown option: keep-env\n400 unable to parse option\npct exec <vmid> [<extra-args>]\n"
+CLUSTER_DOWN = (b"ipcc_send_rec[1] failed: Connection refused\nipcc_send_rec[2] failed: Connection refused\n"
+                b"ipcc_send_rec[3] failed: Connection refused\nUnable to load access control list: Connection refused\n")
+SSH_NOTE = b"ControlSocket /root/.ansible/cp/pct-0a1b already exists, disabling multiplexing\r\n"
+
+
+@pytest.mark.parametrize("target", [LOCAL, REMOTE], ids=["local", "ssh"])
+@pytest.mark.parametrize("rc", [2, 25, 111, 255, 7])  # Perl's die exits with $! (or 255): any number, over ssh 255 too
+@pytest.mark.parametrize(("stderr", "expected"), [
+    (b"CT is locked (backup)\n", "the container is locked (backup) on {node}: a vzdump backup of it is running; wait for that task to end "
+                                 "(pvenode task list on {node}, or the web UI); a lock left by a task that failed is removed with "
+                                 "'pct unlock 201' (pct: CT is locked (backup))"),
+    (b"CT is locked (mounted)\n", "the container is locked (mounted) on {node}: its file systems are mounted on the node (pct mount); "
+                                  "unmount it with 'pct unmount 201'"),
+    (b"CT is locked (snapshot-delete)\n", "the container is locked (snapshot-delete) on {node}: a snapshot of it is being removed"),
+    (CLUSTER_DOWN, "pve-cluster (pmxcfs, the file system of /etc/pve) is not running on {node}, so pct cannot read the configuration "
+                   "(pct: ipcc_send_rec[3] failed: Connection refused | Unable to load access control list: Connection refused); "
+                   "start it there (systemctl start pve-cluster; journalctl -u pve-cluster says why it stopped), then try again"),
+    (b"ipcc_send_rec[1] failed: Unknown error -1\nUnable to load access control list: Unknown error -1\n",
+     "pve-cluster on {node} does not answer the user pct ran as (pct: ipcc_send_rec[1] failed: Unknown error -1 | "
+     "Unable to load access control list: Unknown error -1);"),
+    (OLD_PCT, "pct on {node} does not know the option --keep-env (pct: Unknown option: keep-env | 400 unable to parse option | "
+              "pct exec <vmid> [<extra-args>]); pve-container before 5.0.9 (Proxmox VE before 8.2) has no pct exec --keep-env; "
+              "set the host variable pct_keep_env to false"),
+    (b"400 Parameter verification failed.\nkeep-env: type check ('boolean') failed - got 'x'\npct exec <vmid> [<extra-args>] [OPTIONS]\n",
+     "pct on {node} refused the command line (pct: 400 Parameter verification failed. | keep-env: type check"),
+])
+def test_pct_dies_are_pct_whatever_the_status(target: PctTarget, rc: int, stderr: bytes, expected: str) -> None:
+    """pct's words, not its exit status, say it failed; over ssh its 255 is not ssh's (an ssh note in between changes nothing)."""
+    for text in (stderr, SSH_NOTE + stderr):
+        cause = diagnose(target, rc, text)
+        assert cause is not None and expected.format(node=target.describe_node()) in cause, cause
+        assert "ssh" not in cause, cause
+        error = not_run_error("Cannot run a command in", target, rc, text)
+        assert error is not None and not isinstance(error, ContainerNotRunning)
+
+
+@pytest.mark.parametrize("stderr", [
+    b"Unknown option: keep-env\n",  # a command in the container said it: it ran
+    b"Unknown option: verbose\nusage: tool [options]\n",
+    b"400 unable to parse option\n",  # no usage of a pct verb
+    b"Connection refused\n",
+    b"CT is locked\n",
+])
+def test_words_that_are_not_pct_s(stderr: bytes) -> None:
+    assert diagnose(LOCAL, 2, stderr) is None
+    assert keep_env_refused(25, stderr) is False
+
+
+def test_keep_env_refused_needs_all_three_lines_and_a_failure() -> None:
+    assert keep_env_refused(25, OLD_PCT) and keep_env_refused(255, SSH_NOTE + OLD_PCT)
+    assert not keep_env_refused(0, OLD_PCT)
+    assert not keep_env_refused(25, OLD_PCT.replace(b"keep-env", b"verbose"))
+    assert not keep_env_refused(25, OLD_PCT.replace(b"pct exec <vmid>", b"pct status <vmid>"))
+
+
+def test_ssh_failures_stay_ssh_s() -> None:
+    """ssh's own "Connection refused" (exit status 255) is the node, not pve-cluster."""
+    cause = diagnose(REMOTE, 255, b"ssh: connect to host pve1 port 22: Connection refused\r\n")
+    assert cause is not None and cause.startswith("ssh could not run pct on node pve1 (exit status 255): node pve1 cannot be reached")
+
+
+@pytest.mark.parametrize(("lock", "expected"), [
+    ("backup", "the container is not running and is locked (backup) on node pve1: a vzdump backup in stop mode stops it and starts it again "
+               "when it ends; wait for the backup (pvenode task list on node pve1, or the web UI), then try again; if no backup runs any more, "
+               "a failed one left the lock: 'pct unlock 201', then 'pct start 201' (pct: container '201' not running!)"),
+    ("migrate", "the container is not running and is locked (migrate) on node pve1: it is being migrated to another node; wait for that task"),
+])
+def test_stopped_and_locked(lock: str, expected: str) -> None:
+    evidence = not_running_evidence(REMOTE, b"container '201' not running!\n")
+    assert evidence == "pct: container '201' not running!"
+    assert stopped_locked_cause(REMOTE, lock, evidence).startswith(expected)
+    assert not_running_evidence(REMOTE, b"lxc-attach: 201: attach.c: Failed to get init pid\n") == "lxc-attach: Failed to get init pid"
+
+
+def test_config_lock() -> None:
+    assert config_lock("arch: amd64\nlock: backup\nmemory: 512\n") == "backup"
+    assert config_lock("arch: amd64\ndescription: lock: backup\n") is None
+    assert config_lock("") is None

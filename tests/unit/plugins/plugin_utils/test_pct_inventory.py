@@ -17,6 +17,7 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_inventory
     check_host_name_format,
     connection_vars,
     container_vars,
+    help_keep_env,
     host_name,
     node_command,
     node_group,
@@ -234,7 +235,47 @@ def test_batch_script_runs_only_pct_under_sudo(tmp_path: object) -> None:
     configs, failures = split_config_batch(result.stdout, "### m", [340, 341])
     assert not failures and parse_pct_config(configs[341]).options == {"hostname": "ct-341"}
     with open(log, encoding="utf-8") as calls:
-        assert calls.read().splitlines() == [f"-n|--|{fake_pct}|config|340|", f"-n|--|{fake_pct}|config|341|"]
+        assert calls.read().splitlines() == [f"-n|--|{fake_pct}|help|exec|", f"-n|--|{fake_pct}|config|340|", f"-n|--|{fake_pct}|config|341|"]
+
+
+HELP_NEW = """USAGE: pct exec <vmid> [<extra-args>] [OPTIONS]
+
+  Launch a command inside the specified container.
+
+  <vmid>     <integer> (100 - 999999999)
+             The (unique) ID of the VM.
+
+  --keep-env <boolean>   (default=1)
+             Keep the current environment.
+"""
+HELP_OLD = HELP_NEW.split("  --keep-env")[0].replace(" [OPTIONS]", "")
+
+
+@pytest.mark.parametrize(("help_text", "status", "expected"), [
+    (HELP_NEW, 0, True),  # pve-container 5.0.9 and newer
+    (HELP_OLD, 0, False),  # 5.0.8 and older: the connection gets pct_keep_env false
+    ("", 111, None),  # pct failed (pve-cluster down): unknown, the connection's auto mode finds out
+    ("something else\n", 0, None),  # not pct's help of exec
+])
+def test_batch_learns_whether_pct_exec_has_keep_env(tmp_path: object, help_text: str, status: int, expected: bool | None) -> None:
+    """``pct help exec`` runs first in the same batch (no call more), its answer in a section before the configs."""
+    fake, text = f"{tmp_path}/pct", f"{tmp_path}/help.txt"
+    with open(text, "w", encoding="utf-8") as out:
+        out.write(help_text)
+    with open(fake, "w", encoding="utf-8") as out:
+        out.write(f'#!/bin/sh\nif [ "$1" = help ]; then cat {shlex.quote(text)}; exit {status}; fi\nprintf "hostname: ct-%s\\n" "$2"\n')
+    subprocess.run(["chmod", "+x", fake], check=True)
+    result = subprocess.run(config_batch_argv(PctTarget(vmid=0, pct_path=fake), [340], "### m"), capture_output=True, text=True, check=True)
+    configs, failures = split_config_batch(result.stdout, "### m", [340])
+    assert not failures and parse_pct_config(configs[340]).options == {"hostname": "ct-340"}, result.stdout
+    assert help_keep_env(result.stdout, "### m") is expected
+
+
+def test_keep_env_var_only_for_a_pct_without_it() -> None:
+    spec = NodeSpec(name="pve-a", remote=True)
+    assert connection_vars(spec, "c", False)["pct_keep_env"] is False
+    assert "pct_keep_env" not in connection_vars(spec, "c", True) and "pct_keep_env" not in connection_vars(spec, "c")
+    assert help_keep_env("no batch output\n", "m") is None
 
 
 def test_batch_script_without_vmids_or_invocation(tmp_path: object) -> None:
