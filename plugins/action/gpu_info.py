@@ -29,7 +29,8 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars impo
 MODULE_NAME = "trainops.pct_launch.gpu_info"
 NODE_KEYS = ("gpus", "driver_version", "error", "processes")
 # What the module would report in a container of a node without GPUs.
-NO_GPU = {"gpus": [], "nvidia_smi": None, "driver_version": None, "error": None, "device_files": [], "libraries": {}, "held": {}}
+NO_GPU = {"gpus": [], "nvidia_smi": None, "driver_version": None, "error": None, "device_files": [], "device_access": [],
+          "libraries": {}, "held": {}}
 
 
 def node_argv(nvidia_smi: str) -> list[str]:

@@ -102,7 +102,8 @@ def _pick(request: tuple[str, t.Any], visible: list[dict[str, t.Any]]) -> list[d
         match = [gpu for gpu in visible if str(gpu.get("index")) == wanted or gpu.get("uuid") == wanted]
         if not match:
             seen = ", ".join(describe(gpu) for gpu in visible) or "none"
-            raise GpuError(f"GPU {wanted} is not visible on this host (visible: {seen}); fix gpus, or give the container that GPU's device files")
+            raise GpuError(f"GPU {wanted} is not visible on this host (visible: {seen}); fix gpus, or give the container that GPU's "
+                           "device file with a mode the job's user can open (in its config: devN: /dev/nvidiaN,mode=0666)")
         chosen.append(match[0])
     return chosen
 
@@ -115,7 +116,8 @@ def allocate(request: tuple[str, t.Any], visible: list[dict[str, t.Any]], holder
     """
     if not visible:
         raise GpuError("no GPU is visible on this host (nvidia-smi lists none): give the container the GPU's device files "
-                       "(/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm) and the driver's user-space libraries, or drop gpus")
+                       "with a mode the job's user can open (in its config: dev0: /dev/nvidia0,mode=0666, dev1: /dev/nvidiactl,mode=0666, "
+                       "dev2: /dev/nvidia-uvm,mode=0666) and the driver's user-space libraries, or drop gpus")
     if request[0] == "count":
         free = [gpu for gpu in visible if gpu.get("uuid") not in holders
                 and gpu.get("uuid") not in exclude and str(gpu.get("index")) not in exclude]

@@ -27,6 +27,12 @@ description:
     processes itself.
   - In the target it checks the device files (C(/dev/nvidiactl), C(/dev/nvidia-uvm), C(/dev/nvidiaN)) and the versions of
     the driver's user-space libraries (C(libcuda.so.VERSION), C(libnvidia-ml.so.VERSION)) against the node's driver.
+  - With O(gpus) it opens each device file the job needs for reading and writing, as CUDA does, as the job's O(user)
+    (RV(device_access)), and tells what refused it - the file's mode and owner (C(EACCES); Proxmox VE's C(devN)
+    passthrough makes the file C(0660) C(root:root) unless C(mode=), C(uid=) or C(gid=) are given), the container's
+    device cgroup (C(EPERM); no C(lxc.cgroup2.devices.allow) line for it), or the node's driver (C(ENXIO), C(ENODEV);
+    none loaded for that device number). RV(problems) names the file, the user, the error and the fix. Opening a GPU's
+    file may wake the GPU up on a node without persistence mode, which can take seconds.
   - It only reads; no GPU and no C(nvidia-smi) is not an error (RV(gpus) is empty).
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
@@ -61,6 +67,14 @@ options:
       - Memory in use, in MiB, from which a GPU with no process the node can name counts as busy.
     type: int
     default: 512
+  user:
+    description:
+      - The user the job will run as (O(trainops.pct_launch.tmux_session#module:user); C(playbooks/preflight.yml) passes
+        C(job_user)). With O(gpus), the device files the job needs are opened as this user, by a child process that
+        takes the user's groups, group ID and user ID as the job's start does, which needs the module to run as root.
+      - Default is the user the module runs as (root in a container of the C(trainops.pct_launch.pct) connection), who
+        still meets the container's device cgroup and the node's driver.
+    type: str
 attributes:
   action:
     details:
@@ -131,6 +145,39 @@ device_files:
   returned: always
   type: list
   elements: dict
+device_access:
+  description:
+    - With O(gpus), each device file the job needs, opened for reading and writing as O(user) - C(/dev/nvidiactl),
+      C(/dev/nvidia-uvm), and the C(/dev/nvidiaN) of the job's GPUs (every one for V(all) or a count, whose GPUs are
+      chosen at the start; for a list, those of the GPUs named, N being the minor number the driver reports in
+      C(/proc/driver/nvidia/gpus/*/information), else the GPU's index). Files that are missing are in RV(device_files).
+    - Empty without O(gpus).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path: {description: The device file., type: str}
+    mode: {description: "Its access mode in octal (V(0660)); null when it cannot be read.", type: str}
+    owner: {description: "Its owner and group (V(root:root)); numbers when they have no name there.", type: str}
+    device: {description: "Its device number, major:minor (V(195:0)).", type: str}
+    user: {description: The user who opened it., type: str}
+    opened: {description: Whether it opened., type: bool}
+    failure:
+      description:
+        - Null when it opened; V(open) when the kernel refused (see C(errno)); V(no_user) when O(user) does not exist;
+          V(switch) when the module could not become O(user) (it must run as root); V(timeout) when the open did not
+          return within 30 s (the node's driver hangs).
+      type: str
+    errno:
+      description:
+        - The name of the open's error, null unless C(failure) is V(open). V(EACCES) no permission (the file's mode and
+          owner); V(EPERM) not allowed by the container's device cgroup; V(ENXIO) or V(ENODEV) no driver behind the device
+          number on the node.
+      type: str
+    error: {description: The cause as text (C(Permission denied)); null when it opened., type: str}
+  sample:
+    - {path: /dev/nvidia0, mode: "0660", owner: "root:root", device: "195:0", user: trainer, opened: false, failure: open,
+       errno: EACCES, error: Permission denied}
 libraries:
   description: The versions of C(libcuda.so) and C(libnvidia-ml.so) installed on the target, by library.
   returned: always
@@ -163,13 +210,15 @@ container_checked:
   description:
     - Whether the module ran in the target. On a container of the C(trainops.pct_launch.pct) connection whose node
       has no GPU (no C(nvidia-smi), or it lists none) and without O(gpus), the target is not asked (no C(pct exec)),
-      and its RV(gpus), RV(device_files), RV(libraries) and RV(held) are empty.
+      and its RV(gpus), RV(device_files), RV(device_access), RV(libraries) and RV(held) are empty.
   returned: always
   type: bool
 problems:
   description:
-    - What a job asking for O(gpus) would lack on the target (device files, user-space driver libraries of the node's
-      version, GPUs), each with its fix; empty without O(gpus).
+    - What a job asking for O(gpus) would lack on the target (device files, device files O(user) cannot open, user-space
+      driver libraries of the node's version, GPUs), each with its fix; empty without O(gpus).
+    - "A device file that does not open reads, for example, C(cannot open /dev/nvidia0 (c 195:0, 0660 root:root) as user
+      trainer in the container: EACCES, no permission: ...), followed by the fix for that error."
   returned: always
   type: list
   elements: str
@@ -178,6 +227,7 @@ problems:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, held, parse_request
+from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_devices import check_access, needed_paths
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_smi import device_files, gpus, library_versions, processes
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, probe
@@ -188,6 +238,7 @@ ARGUMENT_SPEC = dict(
     node_nvidia_smi=dict(type="str", default="nvidia-smi"),
     busy_utilization=dict(type="int", default=10),
     busy_memory=dict(type="int", default=512),
+    user=dict(type="str"),
 )
 
 
@@ -195,15 +246,17 @@ def main() -> None:
     """Report what this host sees of its GPUs (it only reads)."""
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        parse_request(module.params["gpus"])
+        request = parse_request(module.params["gpus"])
     except GpuError as exc:
         module.fail_json(msg=str(exc))
     result = gpus(module.params["nvidia_smi"])
     # in a container the list is empty (the driver knows the node's PIDs only): the action asks the node
     if result["nvidia_smi"] and not result["error"]:
         result["processes"], result["error"] = processes(result["nvidia_smi"])
-    root, tmux = run_root(), Tmux()
-    result.update(changed=False, device_files=device_files(), libraries=library_versions(),
+    root, tmux, files = run_root(), Tmux(), device_files()
+    # a GPU job's device files, opened as its user: a file that exists may still be closed to the job
+    access = check_access(needed_paths(request, result["gpus"], files), module.params["user"]) if request else []
+    result.update(changed=False, device_files=files, device_access=access, libraries=library_versions(),
                   held=held(root, lambda name: probe(tmux, name, f"{root}/{name}", None).running, ""))
     module.exit_json(**result)
 

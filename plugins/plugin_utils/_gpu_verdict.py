@@ -13,9 +13,21 @@ import typing as t
 
 BUSY_UTILIZATION = 10  # %: a GPU this busy with no process named is in use by something
 BUSY_MEMORY = 512  # MiB
-HINT_DEVICES = ("give the container the device files (in its config: dev0: /dev/nvidia0, dev1: /dev/nvidiactl, "
-                "dev2: /dev/nvidia-uvm, or lxc.mount.entry lines), and on the node load nvidia-uvm "
+HINT_DEVICES = ("give the container the device files with a mode its job's user can open (in its config: "
+                "dev0: /dev/nvidia0,mode=0666, dev1: /dev/nvidiactl,mode=0666, dev2: /dev/nvidia-uvm,mode=0666; without "
+                "mode= Proxmox VE makes them 0660 root:root), and on the node load nvidia-uvm "
                 "(nvidia-modprobe -u -c=0) so that /dev/nvidia-uvm exists before the container starts")
+# The fix for each reason a device file does not open (gpu_info's device_access: failure, or errno of a failed open).
+FIX_EACCES = ("give the device files a mode user {user} can open, in the container's config: {example},mode=0666 "
+              "(one devN line per file), or gid= of a group user {user} is in ({example},gid=GID,mode=0660); "
+              "a file bind-mounted with lxc.mount.entry keeps the node's mode")
+FIX_EPERM = ("allow the devices in the container's config ({allow}), or pass each file with devN: ({example}, "
+             "Proxmox VE 8.1+), which adds those lines; then restart the container")
+FIX_ENXIO = ("on the node, load the NVIDIA driver for them (nvidia-smi there lists the GPUs; nvidia-modprobe -u -c=0 "
+             "for /dev/nvidia-uvm), and give the container the node's device files (their numbers: ls -l /dev/nvidia* "
+             "on the node)")
+WHY = {"EACCES": "no permission", "EPERM": "not allowed by the container's device cgroup",
+       "ENXIO": "no driver behind it", "ENODEV": "no driver behind it"}
 
 
 def where(vmid: int | None, own: int | None) -> str:
@@ -92,6 +104,50 @@ def _library_problems(node_version: str | None, libraries: t.Mapping[str, t.Sequ
     return problems
 
 
+def _files(items: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    """``/dev/nvidia0 (c 195:0, 0660 root:root), ...``."""
+    return ", ".join(f"{item.get('path')} (c {item.get('device') or '?'}, {item.get('mode') or '?'} {item.get('owner') or '?'})"
+                     for item in items)
+
+
+def _access_fix(reason: str, items: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    """What to do about device files that did not open for ``reason`` (an errno name, or a failure of gpu_info's)."""
+    user, example = items[0].get("user"), f"devN: {items[0].get('path')}"
+    if reason == "EACCES":
+        return FIX_EACCES.format(user=user, example=example)
+    if reason == "EPERM":
+        majors = sorted({str(item.get("device") or "?").partition(":")[0] for item in items}, key=lambda m: (len(m), m))
+        allow = ", ".join(f"lxc.cgroup2.devices.allow: c {major}:* rwm" for major in majors)
+        uvm = "; nvidia-uvm's major is the node's own: see /proc/devices there" if any(
+            str(item.get("path")).endswith("/nvidia-uvm") for item in items) else ""
+        return FIX_EPERM.format(allow=allow + uvm, example=example)
+    if reason in ("ENXIO", "ENODEV"):
+        return FIX_ENXIO
+    if reason == "no_user":
+        return f"create user {user} in the container, or fix job_user (tmux_session's user)"
+    if reason == "switch":
+        return "run gpu_info as root in the container (become: true)"
+    if reason == "timeout":
+        return "the node's NVIDIA driver does not answer: check the node (nvidia-smi, dmesg)"
+    return "check these files on the node (ls -l /dev/nvidia*) and the container's device lines in its config"
+
+
+def access_problems(access: t.Sequence[t.Mapping[str, t.Any]]) -> list[str]:
+    """One problem per reason the job's device files did not open (gpu_info's ``device_access``), with its fix."""
+    groups: dict[str, list[t.Mapping[str, t.Any]]] = {}
+    for item in access:
+        if not item.get("opened"):
+            groups.setdefault(str(item.get("errno") or item.get("failure")), []).append(item)
+    found = []
+    for reason, items in groups.items():
+        who = "root" if items[0].get("user") == "root" else f"user {items[0].get('user')}"
+        cause = f"{reason}, {WHY[reason]}" if reason in WHY else (
+            f"{reason}, {items[0].get('error')}" if items[0].get("errno") else str(items[0].get("error")))
+        what = "the GPU device files" if reason in ("no_user", "switch") else _files(items)
+        found.append(f"cannot open {what} as {who} in the container: {cause}: {_access_fix(reason, items)}")
+    return found
+
+
 def problems(node: t.Mapping[str, t.Any], host: t.Mapping[str, t.Any], request: t.Any) -> list[str]:
     """What a job asking for GPUs (``request`` from ``_gpu_alloc.parse_request``) would lack on the target."""
     if not request:
@@ -110,6 +166,7 @@ def problems(node: t.Mapping[str, t.Any], host: t.Mapping[str, t.Any], request: 
         found.append(f"device files missing in the container: {', '.join(missing)}: {HINT_DEVICES}")
     if not gpu_files:
         found.append(f"no GPU device file (/dev/nvidia0, ...) in the container: {HINT_DEVICES}")
+    found += access_problems(host.get("device_access") or [])
     found += _library_problems(node.get("driver_version"), host.get("libraries") or {})
     visible = len(host.get("gpus") or [])
     if request[0] == "count" and host.get("gpus") is not None and not host.get("error") and request[1] > visible:

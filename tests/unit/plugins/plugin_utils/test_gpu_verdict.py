@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import typing as t
+
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _gpu_verdict as V
 
 U = [f"GPU-{i}0000000-0000-4000-8000-000000000000" for i in range(4)]
@@ -71,3 +73,51 @@ def test_a_container_whose_nvidia_smi_fails_or_is_missing() -> None:
     assert V.problems(NODE, failing, ("all", None))[0] == f"the container cannot list its GPUs: {failing['error']}"
     assert V.problems(NODE, dict(HOST, nvidia_smi=None), ("all", None))[0].startswith("nvidia-smi is not found in the container")
     assert V.where(None, 200) == "the node itself" and V.where(7, 200) == "CT 7"
+
+
+def _access(path: str, **more: t.Any) -> dict[str, t.Any]:
+    item = {"path": path, "mode": "0660", "owner": "root:root", "device": "195:0", "user": "trainer", "opened": False,
+            "failure": "open", "errno": None, "error": None}
+    item.update(more)
+    return item
+
+
+def test_device_files_the_user_cannot_open_name_the_error_and_its_fix() -> None:
+    access = [_access("/dev/nvidiactl", device="195:255", errno="EACCES", error="Permission denied"),
+              _access("/dev/nvidia0", errno="EACCES", error="Permission denied"),
+              _access("/dev/nvidia-uvm", device="511:0", mode="0666", errno="EPERM", error="Operation not permitted"),
+              _access("/dev/nvidia1", device="195:1", mode="0666", errno="EPERM", error="Operation not permitted"),
+              _access("/dev/nvidia2", device="195:2", mode="0666", errno="ENXIO", error="No such device or address"),
+              _access("/dev/nvidia3", device="195:3", mode="0666", opened=True, failure=None)]
+    found = V.access_problems(access)
+    assert found == [
+        "cannot open /dev/nvidiactl (c 195:255, 0660 root:root), /dev/nvidia0 (c 195:0, 0660 root:root) as user trainer in the "
+        "container: EACCES, no permission: give the device files a mode user trainer can open, in the container's config: "
+        "devN: /dev/nvidiactl,mode=0666 (one devN line per file), or gid= of a group user trainer is in "
+        "(devN: /dev/nvidiactl,gid=GID,mode=0660); a file bind-mounted with lxc.mount.entry keeps the node's mode",
+        "cannot open /dev/nvidia-uvm (c 511:0, 0666 root:root), /dev/nvidia1 (c 195:1, 0666 root:root) as user trainer in the "
+        "container: EPERM, not allowed by the container's device cgroup: allow the devices in the container's config "
+        "(lxc.cgroup2.devices.allow: c 195:* rwm, lxc.cgroup2.devices.allow: c 511:* rwm; nvidia-uvm's major is the node's own: "
+        "see /proc/devices there), or pass each file with devN: (devN: /dev/nvidia-uvm, Proxmox VE 8.1+), which adds those "
+        "lines; then restart the container",
+        "cannot open /dev/nvidia2 (c 195:2, 0666 root:root) as user trainer in the container: ENXIO, no driver behind it: on "
+        "the node, load the NVIDIA driver for them (nvidia-smi there lists the GPUs; nvidia-modprobe -u -c=0 for "
+        "/dev/nvidia-uvm), and give the container the node's device files (their numbers: ls -l /dev/nvidia* on the node)"]
+    assert V.problems(NODE, dict(HOST, device_access=access), ("all", None)) == found
+    assert V.problems(NODE, dict(HOST, device_access=access), None) == []
+
+
+def test_other_reasons_a_device_file_does_not_open() -> None:
+    as_root = V.access_problems([_access("/dev/nvidia0", user="root", errno="ENODEV", error="No such device")])
+    assert as_root[0].startswith("cannot open /dev/nvidia0 (c 195:0, 0660 root:root) as root in the container: ENODEV, no driver behind it: on the node")
+    assert V.access_problems([_access("/dev/nvidia0", failure="no_user", error="user trainer does not exist")]) == [
+        "cannot open the GPU device files as user trainer in the container: user trainer does not exist: create user trainer "
+        "in the container, or fix job_user (tmux_session's user)"]
+    assert V.access_problems([_access("/dev/nvidia0", failure="switch", error="cannot become user trainer: Operation not permitted "
+                                      "(this runs as alice)")])[0].endswith("(this runs as alice): run gpu_info as root in the container (become: true)")
+    assert V.access_problems([_access("/dev/nvidia0", failure="timeout", error="opening it did not return within 30 s")]) == [
+        "cannot open /dev/nvidia0 (c 195:0, 0660 root:root) as user trainer in the container: opening it did not return within "
+        "30 s: the node's NVIDIA driver does not answer: check the node (nvidia-smi, dmesg)"]
+    assert V.access_problems([_access("/dev/nvidia0", errno="EBUSY", error="Device or resource busy")]) == [
+        "cannot open /dev/nvidia0 (c 195:0, 0660 root:root) as user trainer in the container: EBUSY, Device or resource busy: "
+        "check these files on the node (ls -l /dev/nvidia*) and the container's device lines in its config"]
