@@ -25,6 +25,7 @@ shown soon, and at most one module run per 2 s is made while output flows.
 
 from __future__ import annotations
 
+import signal
 import time
 import typing as t
 
@@ -64,6 +65,9 @@ CONTROLLER_ONLY = ("fleet_id", "host", "pct_vmid", "pct_node")
 MIN_CHUNK = 0.2
 # A chunk killed by a signal (its container stopping): how many times to ask the container, a second apart.
 STOP_PROBES = 3
+# A chunk killed by a signal in a container that still runs (shutting down, the chunk's process killed): how many more
+# chunks are run, to read what became of the job (a container shutting down is named by the next chunk).
+KILLED_CHUNK_RETRIES = 1
 
 
 def progress_line(host: str, args: t.Mapping[str, t.Any], result: t.Mapping[str, t.Any], elapsed: float) -> str:
@@ -112,11 +116,14 @@ def unreachable_message(reach: str, args: t.Mapping[str, t.Any], elapsed: float,
             "check it (playbooks/status.yml) or launch again (a running job is left alone)")
 
 
-def stopped_message(args: t.Mapping[str, t.Any], cause: object) -> str:
-    """The message when the container stopped during the wait (pct says it is not running)."""
+def stopped_message(args: t.Mapping[str, t.Any], cause: object, shut_down: bool = False) -> str:
+    """The message when the container stopped during the wait (pct says it is not running); ``shut_down``: a chunk
+    was ended by SIGTERM just before, as the init of a container that shuts down cleanly ends every process."""
     vmid = args.get("pct_vmid")
-    return (f"Cannot wait for {_who(args)}{where(args)}: the container is not running any more (it stopped during the wait, "
-            f"and the job with it); start it with 'pct start {vmid}' and launch the job again ({cause_detail(cause)})")
+    how = ("it shut down during the wait: the wait's own command got SIGTERM, as every process in a container that shuts "
+           "down does, and the job ended with it" if shut_down else "it stopped during the wait, and the job with it")
+    return (f"Cannot wait for {_who(args)}{where(args)}: the container is not running any more ({how}); "
+            f"start it with 'pct start {vmid}' and launch the job again ({cause_detail(cause)})")
 
 
 class ActionModule(ActionBase):
@@ -186,17 +193,21 @@ class ActionModule(ActionBase):
             return f"container {host_vmid(task_vars)} on node {host_node(task_vars) or 'localhost'}"
         return f"host {self._node(host, task_vars)}"
 
-    def _raise_if_stopped(self, args: dict[str, t.Any], res: dict[str, t.Any]) -> None:
-        """After a chunk that gave no answer on a container, ask it once more (up to 3 s when killed): stopped?"""
+    def _raise_if_stopped(self, args: dict[str, t.Any], res: dict[str, t.Any]) -> bool:
+        """After a chunk that gave no answer on a container, ask it once more (up to 3 s when killed): stopped?
+        True when the chunk was killed by a signal in a container that still runs."""
         if args.get("pct_vmid") is None:
-            return
-        for attempt in range(STOP_PROBES if (res.get("rc") or 0) > 128 else 1):
+            return False
+        killed = (res.get("rc") or 0) > 128
+        for attempt in range(STOP_PROBES if killed else 1):
             if attempt:
                 time.sleep(1)
             self._low_level_execute_command("true", sudoable=False)  # raises ContainerNotRunning when it stopped
+        return killed
 
-    def _stopped(self, args: dict[str, t.Any], member: FleetMember | None, cause: object, elapsed: float, calls: int) -> dict[str, t.Any]:
-        msg = stopped_message(args, cause)
+    def _stopped(self, args: dict[str, t.Any], member: FleetMember | None, cause: object, elapsed: float, calls: int,
+                 killed_by: int = 0) -> dict[str, t.Any]:
+        msg = stopped_message(args, cause, shut_down=killed_by == 128 + signal.SIGTERM)
         result = {"failed": True, "msg": msg, "reason": msg, "elapsed": round(elapsed, 3), "pct_calls": calls}
         if member is not None:
             result["fleet_first"] = member.post(dict(result, verdict="container_stopped"))
@@ -223,6 +234,7 @@ class ActionModule(ActionBase):
         deadline = started + args["timeout"]
         offset, calls = args["offset"], 0
         chunk_args, proof = args, {}  # wait_until finished: once the start is seen, the chunks look for it no more
+        retries, killed_by = KILLED_CHUNK_RETRIES, 0
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -230,10 +242,14 @@ class ActionModule(ActionBase):
                     res, peer, ran, first = first, None, 0, None
                 else:
                     res, peer, ran = self._one_chunk(chunk_args, task_vars, min(CHUNK_SECONDS, max(remaining, MIN_CHUNK)), offset, member)
-                if res is not None and not module_answered(res):  # killed with its container, or no Python there
-                    self._raise_if_stopped(args, res)
+                unanswered = res is not None and not module_answered(res)  # killed with its container, or no Python there
+                killed_by = (res.get("rc") or 0) if unanswered else 0
+                if unanswered and self._raise_if_stopped(args, res) and retries:
+                    retries -= 1  # killed, the container still runs: the next chunk tells what became of the job
+                    calls += ran
+                    continue
             except ContainerNotRunning as exc:  # it stopped between two chunks, or during one
-                return self._stopped(args, member, exc, time.monotonic() - started, calls + 1)
+                return self._stopped(args, member, exc, time.monotonic() - started, calls + 1, killed_by)
             except AnsibleConnectionFailure as exc:  # the node went away: say which, and what it means for the job
                 msg = unreachable_message(self._reach(host, task_vars), args, time.monotonic() - started, exc)
                 if member is not None:
@@ -245,7 +261,10 @@ class ActionModule(ActionBase):
                 show_new_lines(res, self._line_prefix)
                 if not proof and res.get("proven_line") is not None:
                     proof = {"proven_line": res["proven_line"], "proof_recorded": bool(res.get("proof_recorded"))}
-                    chunk_args = dict(args, pattern=NEVER)
+                    chunk_args = dict(chunk_args, pattern=NEVER)
+                if not chunk_args.get("log_path") and res.get("log_path"):
+                    # the log the session named: read after the session is gone too (a container that rebooted)
+                    chunk_args = dict(chunk_args, log_path=res["log_path"])
             if peer is not None:
                 return {"failed": True, "verdict": "fleet_failed", "fleet_failure": peer, "elapsed": round(elapsed, 3),
                         "pct_calls": calls, "msg": cut_short_message(args, peer, elapsed)}

@@ -56,7 +56,7 @@ NCCL_FAILURE = ("error", "Error", "timeout", "Timeout", "Watchdog caught collect
                 "ncclSystemError", "ncclInternalError", "ncclUnhandledCudaError")
 
 
-def _cgroup_of(pid: int | None, proc_root: str) -> tuple[str, str] | None:
+def cgroup_of(pid: int | None, proc_root: str) -> tuple[str, str] | None:
     """``("v1", PATH)`` or ``("v2", PATH)``: where the memory controller of ``pid`` counts it."""
     try:
         with open(os.path.join(proc_root, "self" if pid is None else str(pid), "cgroup"), "rb") as handle:
@@ -95,7 +95,7 @@ def oom_kills(pid: int | None = None, *, proc_root: str = "/proc", cgroup_root: 
     only kills of processes in the cgroup itself. Inside a cgroup namespace whose mount does not show
     the path, the mount root is the namespace's cgroup.
     """
-    found = _cgroup_of(pid, proc_root)
+    found = cgroup_of(pid, proc_root)
     if found is None:
         return None
     version, path = found
@@ -281,12 +281,19 @@ def _failure(status: int, sig: str | None, log_path: str, error_file: str | None
 
 
 def classify(status: int, log_path: str, *, stopped: bool = False, timed_out: bool = False, stalled: bool = False,
-             oom_kills_during: int = 0, error_file: str | None = None) -> dict[str, str]:
-    """``end_state``, ``cause``, ``reason`` and (for a status 128+N of a signal) ``signal`` of a job's end."""
+             oom_kills_during: int = 0, error_file: str | None = None, shutdown: str | None = None,
+             memory: str | None = None) -> dict[str, str]:
+    """``end_state``, ``cause``, ``reason`` and (for a status 128+N of a signal) ``signal`` of a job's end.
+
+    ``shutdown``: the evidence that the container was shutting down (``_job_shutdown``); ``memory``: what the memory
+    counters said during the attempt (``_job_memory.note``), added to the reason.
+    """
     sig = signal_name(status)
     short = f"signal {sig}" if sig else f"exit status {status}"
     if stopped:
         end = ("stopped", "stop", f"stopped by trainops ({short})")
+    elif shutdown:
+        end = ("stopped", "shutdown", f"the container shut down (its init stopped every process; {shutdown}): {short}")
     elif timed_out:
         end = ("timeout", "time_limit", f"the time limit was reached ({short})")
     elif stalled:
@@ -302,7 +309,7 @@ def classify(status: int, log_path: str, *, stopped: bool = False, timed_out: bo
                                              f"(the container's memory limit; {kills}; {short})")
     else:
         end = ("failed",) + _failure(status, sig, log_path, error_file)
-    result = {"end_state": end[0], "cause": end[1], "reason": _one_line(end[2])}
+    result = {"end_state": end[0], "cause": end[1], "reason": _one_line(end[2], f"; meanwhile {memory}" if memory else "")}
     if sig:
         result["signal"] = sig
     return result

@@ -40,6 +40,7 @@ RETRY_DELAY = 2.0  # s before the one retry (connection error or HTTP status >= 
 LOG_LIMIT = 1024 * 1024  # notify.log takes no more lines (and no command output) once it is past this size
 REAP_WAIT = 5.0  # s to reap a command after its group got KILL
 CAUSE_LENGTH = 300
+CLOSE_WAIT = 10.0  # s, at the job's end, for the notifications still going
 
 _URL_HINT = "use an http:// or https:// URL"
 _COMMAND_PROBLEM = "Invalid notify_command: give a non-empty list of strings (the program and its arguments)"
@@ -247,7 +248,7 @@ class Notifier:
         except Exception as exc:  # pylint: disable=broad-exception-caught  # a notification never harms the job
             self._log("notify", name, f"not sent: {type(exc).__name__}")
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float = CLOSE_WAIT) -> None:
         """At the job's end: wait at most ``timeout`` s in all for the notifications still going, then kill the commands left."""
         try:
             if self._worker is not None:

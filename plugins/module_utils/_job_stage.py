@@ -22,8 +22,11 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils import (
     _job_end,
     _job_history,
     _job_layout,
+    _job_memory,
     _job_notify,
     _job_process,
+    _job_restart,
+    _job_shutdown,
     _job_supervise,
     _job_watch,
     _supervisor_entry,
@@ -32,7 +35,8 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout im
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import write_whole
 
 # every module the supervisor imports, and those they import (a unit test imports them from the staged copy alone)
-PROGRAM: tuple[types.ModuleType, ...] = (_job_supervise, _job_watch, _job_end, _job_notify, _job_history, _job_process, _job_layout)
+PROGRAM: tuple[types.ModuleType, ...] = (_job_supervise, _job_restart, _job_watch, _job_end, _job_memory, _job_shutdown, _job_notify,
+                                         _job_history, _job_process, _job_layout)
 PACKAGE = ("ansible_collections", "trainops", "pct_launch", "plugins", "module_utils")
 
 

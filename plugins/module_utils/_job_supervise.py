@@ -18,40 +18,16 @@ import sys
 import time
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_notify
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_memory, _job_notify, _job_shutdown
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process as process
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import PGID_FILE, PROVEN_FILE, STATE_FILE, attempt_error_file
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import DEFAULTS, policy_of, restart_delay, wants_restart
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_watch import TICK, Watch, size_of
 
 STATE_EVERY = 2.0
-DEFAULTS: dict[str, t.Any] = {
-    "restart": "never", "restart_limit": 3, "restart_delay": 10.0, "restart_backoff": 2.0, "restart_max_delay": 300.0,
-    "no_restart_exit_codes": [], "time_limit": 0, "time_limit_signal": "TERM", "time_limit_grace": 30,
-    "stall_timeout": 0, "stall_pattern": None, "stall_action": "record",
-    "notify_command": None, "notify_url": None, "notify_states": list(_job_notify.STATES), "notify_lines": 10,
-}
-
-
-def policy_of(job: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
-    """The job's ``supervise`` settings over the defaults."""
-    return dict(DEFAULTS, **(job.get("supervise") or {}))
-
-
-def restart_delay(policy: t.Mapping[str, t.Any], restart: int) -> float:
-    """Seconds before restart number ``restart`` (1-based): the delay, times the backoff per earlier restart, capped."""
-    delay = float(policy["restart_delay"]) * float(policy["restart_backoff"]) ** (restart - 1)
-    return min(delay, float(policy["restart_max_delay"]))
-
-
-def wants_restart(policy: t.Mapping[str, t.Any], status: int, ended: t.Mapping[str, bool], restarts: int) -> bool:
-    """Whether an attempt that ended so is started again (``ended``: stopped, signalled, timed_out, stalled, stall_restart)."""
-    if ended.get("stopped") or ended.get("signalled") or ended.get("timed_out") or restarts >= int(policy["restart_limit"]):
-        return False
-    if ended.get("stall_restart"):
-        return True
-    if ended.get("stalled") or status in policy["no_restart_exit_codes"]:
-        return False
-    return policy["restart"] == "always" or (policy["restart"] == "on_failure" and status != 0)
+# In a container that shuts down, every process is killed soon after its SIGTERM: the last notifications get this long.
+SHUTDOWN_NOTIFY_WAIT = 3.0
+__all__ = ["DEFAULTS", "Supervisor", "policy_of", "restart_delay", "run", "wants_restart"]  # the policy's names, as before
 
 
 class Supervisor:
@@ -67,6 +43,8 @@ class Supervisor:
                                         "last_output_at": None, "last_progress_at": None, "next_restart_at": None,
                                         "stalled": False, "end_state": None, "reason": None}
         self.written = 0.0
+        self.memory: dict[str, int] = {}  # the memory counters when the attempt started (_job_memory)
+        self.attempt_start = time.monotonic()
         self.proven_sent = False
         self.children: list[int] = []
         self.received: list[int] = []
@@ -74,6 +52,8 @@ class Supervisor:
 
     def set_state(self, state: str, event: str | None = None, **values: t.Any) -> None:
         """A new state: state.json now, and its notification."""
+        if state in ("stalled", "running"):  # the stall's words (a memory limit met meanwhile), gone once it ends
+            values.setdefault("reason", self.stall_reason() if state == "stalled" else None)
         self.state.update(values, state=state, since=process.now(), stalled=state == "stalled")
         self.write_state()
         if event:
@@ -106,20 +86,20 @@ class Supervisor:
         """The log's last ``notify_lines`` lines of output."""
         return _job_end.last_lines(self.log_path, int(self.policy["notify_lines"]))
 
-    def attempt(self, env: t.Mapping[str, str]) -> tuple[int, dict[str, bool], int]:
-        """Start the next attempt and watch it: (status, how it ended, OOM kills during it)."""
+    def attempt(self, env: t.Mapping[str, str]) -> tuple[int, dict[str, t.Any], dict[str, int]]:
+        """Start the next attempt and watch it: (status, how it ended, how its memory counters grew)."""
         number = self.state["attempt"] + 1
         if number > 1:
             process.log_line(self.log, f"{process.PROTOCOL}session={self.name} attempt={number} started_at={process.now()}")
         error_file = os.path.join(self.run_dir, attempt_error_file(number))
         extra = {"TRAINOPS_ATTEMPT": str(number), "TRAINOPS_RESTARTS": str(number - 1), "TRAINOPS_SESSION_NAME": self.name,
                  "TORCHELASTIC_ERROR_FILE": env.get("TORCHELASTIC_ERROR_FILE", error_file)}
-        oom_before, size = _job_end.oom_kills(), size_of(self.log_path)
+        self.memory, self.attempt_start, size = _job_memory.snapshot(), time.monotonic(), size_of(self.log_path)
         proc = process.start_job(self.job, self.log, dict(env, **extra))
         self.state.update(attempt=number, restarts=number - 1, next_restart_at=None)
         if isinstance(proc, int):
             self.set_state("running", pid=None)
-            return proc, {}, 0
+            return proc, {"shutdown": self.shutdown(proc)}, {}
         self.children[:] = [proc.pid]
         process.write_pgid(self.run_dir, proc.pid)
         if number == 1:
@@ -127,9 +107,26 @@ class Supervisor:
             sys.stdout.flush()
         self.set_state("running", event="started" if number == 1 else "restarted", pid=proc.pid)
         status, flags = Watch(self, proc, size).run()
-        oom_after = _job_end.oom_kills()
-        during = oom_after - oom_before if oom_after is not None and oom_before is not None else 0
-        return status, flags, max(during, 0)
+        return status, dict(flags, shutdown=self.shutdown(status)), self.memory_growth()
+
+    def memory_growth(self) -> dict[str, int]:
+        """How the memory counters grew since the attempt started."""
+        return _job_memory.growth(self.memory, _job_memory.snapshot())
+
+    def memory_note(self, grown: t.Mapping[str, int] | None = None) -> str | None:
+        """What the memory counters say about the attempt so far, in words (``_job_memory.note``), or None."""
+        grown = self.memory_growth() if grown is None else grown
+        return _job_memory.note(grown, time.monotonic() - self.attempt_start)
+
+    def shutdown(self, status: int) -> str | None:
+        """The evidence that the container is shutting down (asking systemd only when a signal came), or None.
+
+        Asked at every attempt's end, whatever ``received`` says: systemd-shutdown SIGTERMs the job and this process at
+        once, and when the kernel gives this process's SIGTERM to the notifier's thread, Python's handler may run only
+        after the main thread saw the job's end (measured: the job was restarted in the container that shut down).
+        """
+        signalled = bool(self.received) or _job_end.signal_name(status) is not None
+        return _job_shutdown.shutting_down(ask_systemd=signalled)
 
     def pause(self, seconds: float) -> bool:
         """Wait before a restart; False when a stop or the time limit came meanwhile."""
@@ -140,6 +137,8 @@ class Supervisor:
         while time.monotonic() < deadline:
             if process.stop_signal_of(self.run_dir) is not None or (limit > 0 and time.monotonic() - self.first_start >= limit):
                 return False
+            if self.received:  # the pane was told to end, or the container shuts down: no restart
+                return False
             time.sleep(min(TICK, max(0.0, deadline - time.monotonic())))
         return True
 
@@ -147,18 +146,33 @@ class Supervisor:
         """Every attempt, then the end; the last attempt's status."""
         history = str(self.job.get("history_path") or _job_history.history_path())
         _job_history.append(history, {"event": "start", **self._launch()})
-        status, flags, oom = self.attempt(env)
+        status, flags, grown = self.attempt(env)
         while wants_restart(self.policy, status, flags, self.state["restarts"]) and self.pause(restart_delay(self.policy, self.state["restarts"] + 1)):
-            status, flags, oom = self.attempt(env)
-        stop = process.stop_signal_of(self.run_dir)
+            status, flags, grown = self.attempt(env)
+        if self.received and not flags.get("shutdown"):  # a signal while it waited to restart
+            flags["shutdown"] = self.shutdown(status)
+        end = self.classify(status, flags, grown, env)
+        self.leave(history, status, end)
+        return status
+
+    def classify(self, status: int, flags: t.Mapping[str, t.Any], grown: t.Mapping[str, int], env: t.Mapping[str, str]) -> dict[str, t.Any]:
+        """The end of the last attempt (``_job_end.classify``), in the supervisor's own words where it caused it."""
         limit = float(self.policy["time_limit"])
         timed_out = bool(flags.get("timed_out")) or (limit > 0 and time.monotonic() - self.first_start >= limit)
-        end = _job_end.classify(status, self.log_path, stopped=stop is not None, timed_out=timed_out,
+        # a job that ended by itself (exit status 0, no signal anywhere) is not one the shutdown ended
+        shutdown = flags.get("shutdown") if self.received or status != 0 else None
+        end = _job_end.classify(status, self.log_path, stopped=process.stop_signal_of(self.run_dir) is not None, timed_out=timed_out,
                                 stalled=bool(flags.get("stalled")) and self.policy["stall_action"] != "record",
-                                oom_kills_during=oom, error_file=self._error_file(env))
+                                oom_kills_during=grown.get("oom_kill", 0), error_file=self._error_file(env), shutdown=shutdown,
+                                memory=self.memory_note(grown))
         end = dict(end, attempts=str(self.state["attempt"]), exit_status=status)
-        end["reason"] = self._own_reason(end) or end.get("reason")
+        end["reason"] = self._own_reason(end, grown) or end.get("reason")
+        return end
+
+    def leave(self, history: str, status: int, end: t.Mapping[str, t.Any]) -> None:
+        """The trailer, the exit record and the history first (a shutdown kills everything soon), then the end's event."""
         ended = process.now()
+        stop = process.stop_signal_of(self.run_dir)
         process.log_line(self.log, f"{process.PROTOCOL}session={self.name} exit_status={status} ended_at={ended}")
         record = process.exit_record_text(self.name, status, str(self.job.get("started_at", "")), ended, stop, end)
         process.write_exit_record(self.run_dir, self.log_path, record)
@@ -168,18 +182,27 @@ class Supervisor:
                                       "exit_status": status, "cause": end.get("cause"), "reason": end.get("reason"),
                                       "attempts": self.state["attempt"]})
         self.notify("finished" if end["end_state"] == "finished" else "failed", end)
-        self.notifier.close()
-        return status
+        self.notifier.close(SHUTDOWN_NOTIFY_WAIT if end.get("cause") == "shutdown" else _job_notify.CLOSE_WAIT)
 
-    def _own_reason(self, end: t.Mapping[str, t.Any]) -> str | None:
+    def stall_reason(self) -> str:
+        """``stalled: no log output for 30 s (stall_timeout)``, or, when the memory counters grew meanwhile,
+        ``the job stalled while its container was at its memory limit (memory.high reached 3 times): no log ...``."""
+        policy = self.policy
+        what = f"no log line matching {policy['stall_pattern']!r}" if policy.get("stall_pattern") else "no log output"
+        words = f"{what} for {float(policy['stall_timeout']):g} s (stall_timeout)"
+        note = self.memory_note()
+        return f"the job stalled while {note}: {words}" if note else f"stalled: {words}"
+
+    def _own_reason(self, end: t.Mapping[str, t.Any], grown: t.Mapping[str, int]) -> str | None:
         """The words of an end the supervisor caused itself: the time limit, the stall watchdog."""
         policy = self.policy
         if end.get("cause") == "time_limit":
+            note = self.memory_note(grown)
             return (f"the time limit of {float(policy['time_limit']):g} s was reached ({policy['time_limit_signal']} "
-                    f"{float(policy['time_limit_grace']):g} s before it, then KILL); exit status {end['exit_status']}")
+                    f"{float(policy['time_limit_grace']):g} s before it, then KILL); exit status {end['exit_status']}"
+                    + (f"; meanwhile {note}" if note else ""))
         if end.get("cause") == "stall":
-            what = f"no log line matching {policy['stall_pattern']!r}" if policy.get("stall_pattern") else "no log output"
-            return f"stalled: {what} for {float(policy['stall_timeout']):g} s (stall_timeout), stopped by the watchdog"
+            return f"{self.stall_reason()}, stopped by the watchdog"
         return None
 
     def _launch(self) -> dict[str, t.Any]:

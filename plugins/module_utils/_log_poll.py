@@ -19,6 +19,10 @@ at most ``NEW_LINES_BYTES``, protocol lines left out; ``lines_omitted`` counts t
 
 Recording a proof sets ``@trainops_proven`` on the session and writes ``RUN_DIR/proven`` (the time), which
 the job's supervisor turns into its ``proven`` notification (docs/job-life.md).
+
+A container that shuts down ends the wait too (``shutdown`` in the facts: the evidence, ``_job_shutdown``): the chunk
+survives the SIGTERM of the shutdown (``TermDuringShutdown``), waits up to ``SHUTDOWN_GRACE`` seconds for the job's
+exit record, and answers ``died`` (``failed`` with ``wait_until: finished``) with the record if it came.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, OPT_LOG, OPT_PROVEN, PROVEN_FILE, run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import PROTOCOL, now, read_exit_record, write_whole
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_shutdown import TermDuringShutdown, shutting_down
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import pid_alive, show, tree
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, read_text, session_state
 
@@ -42,6 +47,9 @@ _SEP = "\037"
 NEW_LINES_MAX = 1000
 NEW_LINES_BYTES = 256 << 10
 LINES_FLUSH = 2.0
+# A container shutting down: how long the wait still looks for the job's exit record (its supervisor writes it at once
+# when the job ends; a job slow to end on SIGTERM leaves the wait without it).
+SHUTDOWN_GRACE = 2.0
 
 
 def find_pane(tmux: Tmux, session: str) -> tuple[str, int | None, str]:
@@ -173,6 +181,9 @@ class _Watch:
 
     def __init__(self, params: t.Mapping[str, t.Any]) -> None:
         self.params = params
+        self.term: TermDuringShutdown | None = None  # poll's, while the chunk's loop runs
+        self.shutdown: str | None = None  # the evidence that the container shuts down, once seen
+        self.shutdown_seen = 0.0
         self.tmux = Tmux()
         self.session = params.get("session_name") or ""
         self.run_dir = os.path.join(run_root(), self.session) if self.session else None
@@ -190,7 +201,15 @@ class _Watch:
     def ended(self, record: dict[str, str] | None) -> bool:
         if self.state == "alive" and self.pid is not None and not pid_alive(self.pid):
             self.state = "ended"
-        return record is not None or self.state not in ("alive", "none")
+        down = self.shut_down()  # looked at even with a record: the wait names what it saw
+        return record is not None or self.state not in ("alive", "none") or down
+
+    def shut_down(self) -> bool:
+        """Whether the container shuts down and the job's supervisor had ``SHUTDOWN_GRACE`` s to write the exit record."""
+        if self.shutdown is None:
+            self.shutdown = (self.term.evidence if self.term is not None else None) or shutting_down()
+            self.shutdown_seen = time.monotonic()
+        return self.shutdown is not None and time.monotonic() - self.shutdown_seen >= SHUTDOWN_GRACE
 
     def mark_proven(self) -> bool:
         """Record that the start is proven: ``@trainops_proven`` on the session, and ``RUN_DIR/proven`` for its supervisor."""
@@ -258,7 +277,9 @@ def poll(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         if to_end:
             verdict = end_verdict(record)
     else:
-        verdict, line, offset, size, record = _loop(watch, started, shown)
+        with TermDuringShutdown() as term:
+            watch.term = term
+            verdict, line, offset, size, record = _loop(watch, started, shown)
         facts["offset"] = str(offset)
     if verdict == "started" and watch.state == "alive" and params.get("record_proof", True):
         facts["proof_recorded"] = "1" if watch.mark_proven() else "0"
@@ -269,6 +290,8 @@ def poll(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     if shown is not None:
         facts.update(new_lines=list(shown.lines), lines_omitted=str(shown.omitted))
     facts.update(verdict=verdict, session=watch.state, log_exists="0" if size is None else "1", exit=record or {})
+    if watch.shutdown is not None:
+        facts["shutdown"] = watch.shutdown
     running = watch.state == "alive" and verdict not in ("died", "finished", "failed")
     if watch.session:
         facts["state"] = session_state(running, watch.log, watch.run_dir, in_tmux=watch.state == "ended")

@@ -9,7 +9,8 @@ and turns its facts into a result (``result_from_facts``). Verdicts with ``wait_
 ended or is gone, or an exit record appeared), ``timeout``. With ``wait_until: finished`` the wait goes on
 after the start until the job ends: ``finished`` (exit status 0), ``failed`` (any other end, or no job to
 wait for), ``fail_pattern``, ``timeout`` (the job still runs; nothing stops it). Patterns are Python
-regular expressions, everywhere.
+regular expressions, everywhere. A container that shuts down during the wait gives ``died`` (``failed``) at once,
+with ``shutdown`` in the result, and a message that says so.
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
         "cause": exit_info.get("cause"),
         "end_reason": exit_info.get("reason"),
         "signal": exit_info.get("signal"),
+        # the container shut down: what showed it in the container, else the reason of the exit record that says so
+        "shutdown": facts.get("shutdown") or (exit_info.get("reason") if exit_info.get("cause") == "shutdown" else None),
     }
     if "proven_line" in facts:  # wait_until finished: the line that proved the start in this chunk, if any
         result["proven_line"] = facts["proven_line"]
@@ -203,9 +206,23 @@ def _log_state(result: t.Mapping[str, t.Any]) -> str:
     return f"log {result['log_path']} exists ({result['log_size']} bytes) and has no such line"
 
 
+def _shutdown_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any], head: str) -> str:
+    """The job's container shut down (or is shutting down) during the wait: ``Job did not start`` / ``Job failed``."""
+    status, when = result.get("exit_status"), f"after {result['elapsed']:.1f} s"
+    before = f", before {_expected(params)}" if head == "Job did not start" else ""
+    if result["shutdown"] == result.get("end_reason"):  # the exit record says so (the container may run again since)
+        how = f"{result['shutdown']} (exit status {status}, {when})"
+    else:  # seen in the container while it shut down
+        ended = f"exit status {status}" if status is not None else "no exit record yet"
+        how = f"the container shut down {when} ({result['shutdown']}), and the job with it ({ended})"
+    return f"{head} in {subject(params)}: {how}{before}{_tail(result)}; launch the job again once the container runs"
+
+
 def _died_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str:
     what, when = subject(params), f"after {result['elapsed']:.1f} s"
     state = result["session_state"]
+    if result.get("shutdown"):
+        return _shutdown_message(result, params, "Job did not start")
     if result["tmux_missing"] and state != "finished":
         return f"Cannot watch {what}: tmux is not installed there; install it (role trainops.pct_launch.tmux) and launch the job"
     if state == "finished":
@@ -276,6 +293,8 @@ def _failed_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]
     """wait_until finished: the job ended in any other way than exit status 0 (or there is no job to wait for)."""
     what, when = subject(params), f"after {result['elapsed']:.1f} s"
     state = result["session_state"]
+    if result.get("shutdown"):
+        return _shutdown_message(result, params, "Job failed")
     if state == "finished":
         how = f"exit status {result['exit_status']}" if result["exit_status"] is not None else "the job ended without an exit status"
         fix = "launch it again" if result.get("stopped_by") else "fix the job and launch it again"

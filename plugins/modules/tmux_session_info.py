@@ -180,20 +180,24 @@ sessions:
       description:
         - How the job ended, from the exit record (docs/job-life.md), else null (while V(running), C(state.json)'s, null until
           the supervisor has classified the end).
-        - V(finished) (exit status 0), V(failed), V(timeout), V(stalled), V(oom_killed) or V(stopped).
+        - V(finished) (exit status 0), V(failed), V(timeout), V(stalled), V(oom_killed) or V(stopped) (by trainops,
+          or by a clean shutdown of the container, RV(sessions[].cause) V(shutdown)).
       type: str
       sample: failed
     cause:
       description:
         - What ended the job, from the exit record, else null.
         - V(exit_status), V(signal), V(oom_kill), V(cuda_oom), V(nccl), V(python_exception), V(torchelastic),
-          V(time_limit), V(stall) or V(stop).
+          V(time_limit), V(stall), V(stop) or V(shutdown) (the container shut down cleanly with C(pct shutdown) or
+          C(pct reboot), its init stopped every process; a kill, C(pct stop), leaves no exit record, so the state is V(vanished)).
       type: str
       sample: python_exception
     reason:
       description:
         - One line saying why the job ended, from the exit record; while V(running), the supervisor's (C(state.json)),
           for example why it is V(stalled). Else null.
+        - It names memory pressure met during the last attempt (docs/job-life.md, "A job near its memory limit"), for
+          example C(the job stalled while its processes waited 12 s for memory (memory.pressure\)) and then why it stalled.
       type: str
       sample: 'ValueError: bad batch'
     signal:

@@ -28,6 +28,10 @@ description:
   - Verdicts (RV(verdict)) with O(wait_until=started) are V(started) (success), V(died) (the session ended, or C(LOG.exit)
     appeared, before the pattern; reported within one poll interval O(sleep) whatever O(timeout) is), V(fail_pattern) and V(timeout).
   - Verdicts with O(wait_until=finished) are V(finished) (success), V(failed), V(fail_pattern) and V(timeout) (see O(wait_until)).
+  - A container that shuts down during the wait (C(pct shutdown), C(pct reboot), C(vzdump) in stop mode) ends it within
+    seconds with V(died) (V(failed) with O(wait_until=finished)) and RV(shutdown), naming the shutdown. The module's chunk
+    survives the SIGTERM the container's init sends every process, waits up to 2 seconds for the job's exit record, and answers.
+    A container that is stopped (C(pct stop), a kill) ends the wait with the message that the container is not running any more.
   - O(pattern) and O(fail_pattern) are Python regular expressions (module C(re)), checked on the controller before anything runs on the target.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
@@ -357,10 +361,19 @@ end_state:
 cause:
   description:
     - What ended the job, from the exit record (C(cause)), for example V(exit_status), V(signal), V(oom_kill), V(cuda_oom),
-      V(nccl), V(python_exception), V(torchelastic), V(time_limit), V(stall) or V(stop); null when unknown.
+      V(nccl), V(python_exception), V(torchelastic), V(time_limit), V(stall), V(stop) or V(shutdown) (the container shut
+      down cleanly, RV(end_state) V(stopped)); null when unknown.
   returned: always
   type: str
   sample: python_exception
+shutdown:
+  description:
+    - Set when the job's container shut down (or was shutting down) during the wait, so the job ended with it. It is what
+      showed it in the container (for example V(PID 1 was systemd-shutdown)), else the reason of the exit record whose
+      RV(cause) is V(shutdown); null otherwise.
+  returned: always
+  type: str
+  sample: PID 1 was systemd-shutdown
 end_reason:
   description: Why the job ended, in one line, from the exit record (C(reason)); null when unknown.
   returned: always
@@ -389,14 +402,18 @@ lines_omitted:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_shutdown import TermDuringShutdown
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_chunk import chunk
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import ARGUMENT_SPEC, REQUIRED_ONE_OF
 
 
 def main() -> None:
-    """Run one chunk of waiting on this host and report the verdict (check mode records no proof)."""
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, supports_check_mode=True)
-    result = chunk(module.params, module.check_mode)
+    """Run one chunk of waiting on this host and report the verdict (check mode records no proof).
+
+    A SIGTERM while the container shuts down does not end the chunk (the chunk then names the shutdown)."""
+    with TermDuringShutdown():
+        module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, supports_check_mode=True)
+        result = chunk(module.params, module.check_mode)
     if result.pop("failed", False):
         module.fail_json(**result)
     module.exit_json(**result)

@@ -297,10 +297,25 @@ def test_container_stopped_during_a_chunk_is_asked_and_named(shown: list[str]) -
     assert result["failed"] and script.probes == ["true"] and "start it with 'pct start 250'" in result["msg"], result
 
 
-def test_a_killed_chunk_on_a_running_container_is_asked_three_times(shown: list[str]) -> None:
+def test_a_killed_chunk_on_a_running_container_is_asked_three_times_then_run_once_more(shown: list[str]) -> None:
+    """Killed twice in a container that still runs: asked three times after each, one more chunk, then the failure."""
     script = Script([{"failed": True, "rc": 137, "msg": "Module result deserialization failed: No start of json char found"}])
     result = make_action({"session_name": "train", "timeout": 120}, script).run(task_vars=dict(CT250))
-    assert script.probes == ["true"] * 3 and "the module could not run there" in result["msg"] and "pct start" not in result["msg"], result
+    assert script.probes == ["true"] * 6 and len(script.args) == 2, result
+    assert "the module could not run there" in result["msg"] and "pct start" not in result["msg"], result
+
+
+def test_a_chunk_killed_by_the_shutdown_is_followed_by_one_that_names_it(shown: list[str]) -> None:
+    """The container shuts down: a chunk is killed (SIGKILL, rc 137) while the container still runs; the next chunk
+    finds the job ended by the shutdown, and the message says so."""
+    ended = chunk_result("died", 10, session_state="finished", session_alive=False, exit_status=143, end_state="stopped",
+                         cause="shutdown", shutdown="PID 1 was systemd-shutdown", end_reason="the container shut down")
+    script = Script([{"failed": True, "rc": 137, "msg": "Module result deserialization failed"}, ended])
+    result = make_action({"session_name": "train", "timeout": 120, "pattern": "Epoch"}, script).run(task_vars=dict(CT250))
+    assert result["failed"] and result["verdict"] == "died" and len(script.args) == 2 and result["pct_calls"] == 2, result
+    assert result["msg"].startswith("Job did not start in session train in container 250: the container shut down after "), result
+    assert "(PID 1 was systemd-shutdown), and the job with it (exit status 143), before a log line matching 'Epoch'" in result["msg"]
+    assert result["msg"].endswith("; launch the job again once the container runs"), result
 
 
 def test_no_probe_for_a_host_that_is_no_container(shown: list[str]) -> None:
@@ -573,3 +588,14 @@ def test_each_chunk_runs_the_module_as_the_normal_action_does(shown: list[str], 
     assert {(call["module_name"], call["wrap_async"]) for call in calls} == {("trainops.pct_launch.wait_for_log", False)}
     assert [call["module_args"]["offset"] for call in calls] == [0, 10] and removed == [None, None]
     assert len(shown) == 1, "one progress line, after the chunk without a verdict"
+
+
+def test_the_log_a_chunk_found_is_read_by_the_next_chunks(shown: list[str]) -> None:
+    """Only session_name given: the chunks after the first read the log it found (@trainops_log), so a session gone with
+    its container's /run (a reboot) still has its exit record read."""
+    script = Script([chunk_result("timeout", 10), chunk_result("timeout", 20, log_path="/w/other.log")])
+    make_action({"session_name": "train", "timeout": 25}, script).run(task_vars=dict(CT250))
+    assert script.args[0].get("log_path") is None and script.args[1]["log_path"] == script.args[2]["log_path"] == "/w/t.log", script.args
+    given = Script([chunk_result("timeout", 10, log_path="/w/found.log")])
+    make_action({"session_name": "train", "log_path": "/w/given.log", "timeout": 15}, given).run(task_vars=dict(CT250))
+    assert [a["log_path"] for a in given.args] == ["/w/given.log", "/w/given.log"]

@@ -33,7 +33,7 @@ TRAILER = "### trainops.pct_launch: session=train exit_status=1 ended_at=2026-12
 ATTEMPT_2 = "### trainops.pct_launch: session=train attempt=2 started_at=2026-12-01T10:30:00Z"
 NO_TRACEBACK = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
 CAUSES = {"exit_status", "signal", "oom_kill", "cuda_oom", "nccl", "python_exception", "torchelastic", "time_limit",
-          "stall", "stop"}
+          "stall", "stop", "shutdown"}
 MEMORY_EVENTS = "low 0\nhigh 0\nmax 12\noom 4\noom_kill {kills}\noom_group_kill 9\n"
 OOM_CONTROL = "oom_kill_disable 0\nunder_oom 0\noom_kill {kills}\n"
 
@@ -590,6 +590,34 @@ def test_a_summary_without_its_rank_line_is_not_torchelastic(tmp_path: Path) -> 
     result = classify(1, log_file(tmp_path, summary + "\n"))
     assert result["cause"] == "python_exception"
     assert result["reason"].startswith("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: (")
+
+
+# --- a clean shutdown of the container, memory pressure ---------------------------------------------------------
+
+SHUTDOWN = "PID 1 was systemd-shutdown"
+
+
+@pytest.mark.parametrize(("status", "signal_", "short"), [(143, "TERM", "signal TERM"), (129, "HUP", "signal HUP"),
+                                                        (0, None, "exit status 0"), (3, None, "exit status 3")])
+def test_a_shutdown_stops_the_job_whatever_its_status(tmp_path: Path, status: int, signal_: str | None, short: str) -> None:
+    """systemd-shutdown's SIGTERM (or the SIGHUP the pane's end forwards), or a job that saved and exited on it."""
+    result = classify(status, log_file(tmp_path, traceback("RuntimeError: interrupted")), shutdown=SHUTDOWN, oom_kills_during=1)
+    assert (result["end_state"], result["cause"], result.get("signal")) == ("stopped", "shutdown", signal_)
+    assert result["reason"] == f"the container shut down (its init stopped every process; {SHUTDOWN}): {short}"
+
+
+def test_a_stop_by_trainops_wins_over_a_shutdown(tmp_path: Path) -> None:
+    assert classify(143, log_file(tmp_path), stopped=True, shutdown=SHUTDOWN)["cause"] == "stop"
+
+
+@pytest.mark.parametrize(("status", "kills", "cause"), [(1, 0, "exit_status"), (137, 1, "oom_kill"), (0, 0, "exit_status")])
+def test_the_memory_note_ends_the_reason_and_survives_the_cut(tmp_path: Path, status: int, kills: int, cause: str) -> None:
+    memory = "its container was at its memory limit (memory.high reached 152 times)"
+    result = classify(status, log_file(tmp_path, "x" * 400 + "\n"), oom_kills_during=kills, memory=memory)
+    assert result["cause"] == cause and result["reason"].endswith(f"; meanwhile {memory}"), result
+    assert_one_line(result["reason"])
+    long = classify(1, log_file(tmp_path, traceback("ValueError: " + "y" * 400)), memory=memory)["reason"]
+    assert long.endswith(f"; meanwhile {memory}") and long.startswith("ValueError: yyy") and len(long) == 300
 
 
 @settings(max_examples=80, deadline=None)

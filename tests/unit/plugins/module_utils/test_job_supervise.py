@@ -139,6 +139,7 @@ def test_restart_delay_backs_off_up_to_its_maximum() -> None:
 
 @pytest.mark.parametrize(("ended", "status", "expected"), [
     ({"stopped": True}, 1, False), ({"signalled": True}, 1, False), ({"timed_out": True}, 1, False),
+    ({"shutdown": "PID 1 was systemd-shutdown"}, 143, False), ({"shutdown": None}, 143, True),
     ({"stall_restart": True}, 143, True), ({"stalled": True}, 143, False), ({}, 1, True), ({}, 0, False),
 ])
 def test_what_is_restarted_under_on_failure(ended: dict[str, bool], status: int, expected: bool) -> None:
@@ -233,3 +234,64 @@ def test_history_gets_the_start_and_the_end(tmp_path: Path) -> None:
     assert start["event"] == "start" and end["event"] == "end"
     assert start["started_at"] == end["started_at"] == STARTED_AT and end["session_name"] == "job"
     assert (end["end_state"], end["exit_status"], end["attempts"]) == ("failed", 5, 2)
+
+
+def test_a_signal_during_the_restart_delay_ends_the_job_without_a_restart(tmp_path: Path) -> None:
+    job = Job(tmp_path, "exit 4", restart="on_failure", restart_delay=60)
+    with job.start() as proc:
+        _wait_for(lambda: (job.run_dir / "state.json").exists() and job.state()["state"] == "restarting")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 4
+    record = job.record()
+    assert (record["end_state"], record["attempts"]) == ("failed", "1")
+
+
+# systemd-shutdown's killing spree (systemd src/shared/killall.c), in a PID namespace of the test's own whose PID 1 is a
+# shell started through a link named systemd-shutdown (so /proc/1/comm reads systemd-shutdow, as measured in a
+# container that shuts down): SIGSTOP to every process, SIGTERM to each, SIGCONT to every process.
+SPREE = """
+sup="$1"; shift
+"$@" & pid=$!
+while [ ! -s "$sup/pgid" ]; do sleep 0.05; done
+sleep 0.3
+kill -STOP -1; kill -TERM "$pid"; kill -TERM -- "-$(cat "$sup/pgid")"; kill -CONT -1
+wait "$pid"
+"""
+
+
+def test_a_container_shutting_down_ends_the_job_as_stopped_by_the_shutdown_and_never_restarts_it(tmp_path: Path) -> None:
+    job = Job(tmp_path, "echo Epoch 1; sleep 100", restart="on_failure", restart_delay=0.05)
+    init = tmp_path / "systemd-shutdown"
+    init.symlink_to("/bin/sh")
+    argv = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", str(init), "-c", SPREE, "spree",
+            str(job.run_dir), *job.argv]
+    try:
+        run = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+    except FileNotFoundError:
+        pytest.skip("needs unshare (util-linux)")
+    if b"unshare:" in run.stderr:
+        pytest.skip(f"no user and PID namespaces here: {run.stderr.decode(errors='replace').strip()}")
+    record = job.record()
+    assert (record["end_state"], record["cause"], record["attempts"], record["exit_status"]) == ("stopped", "shutdown", "1", "143"), record
+    assert record["reason"] == "the container shut down (its init stopped every process; PID 1 was systemd-shutdown): signal TERM"
+    end = job.history_lines()[-1]
+    assert (end["end_state"], end["cause"], end["reason"]) == ("stopped", "shutdown", record["reason"])
+    assert [e["event"] for e in job.events()] == ["started", "failed"] and job.events()[-1]["cause"] == "shutdown"
+    assert "attempt=2" not in job.log.read_text(encoding="utf-8")
+
+
+def test_the_stall_names_the_memory_limit_met_meanwhile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stalled job whose container hit memory.high: the stall's words (in state.json, the stalled event, the end)."""
+    from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_memory, _job_supervise  # pylint: disable=import-outside-toplevel
+
+    counters = iter([{"high": 10, "oom_kill": 0}, {"high": 162, "oom_kill": 0}])
+    monkeypatch.setattr(_job_memory, "snapshot", lambda: next(counters))
+    monkeypatch.setattr(_job_supervise.process, "forward_signals", lambda *args: None)
+    job = Job(tmp_path, "true", stall_timeout=30)
+    with open(job.log, "ab") as log:
+        sup = _job_supervise.Supervisor(str(job.run_dir), json.loads((job.run_dir / "job.json").read_text()), log)
+        sup.memory = _job_memory.snapshot()
+        assert sup.stall_reason() == ("the job stalled while its container was at its memory limit (memory.high reached 152 times): "
+                                      "no log output for 30 s (stall_timeout)")
+    monkeypatch.setattr(_job_memory, "snapshot", lambda: {"high": 10, "oom_kill": 0})
+    assert sup.stall_reason() == "stalled: no log output for 30 s (stall_timeout)"

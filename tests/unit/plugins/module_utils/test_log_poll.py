@@ -679,3 +679,50 @@ def test_a_session_killed_while_waiting_for_the_end_is_failed(watch: Watch) -> N
         timer.cancel()
     assert facts["verdict"] == "failed" and facts["state"] == "vanished" and facts["new_lines"] == ["step 1"], facts
     assert facts["proof_recorded"] == "1", "the start was seen while the session lived"
+
+
+# --- the container shuts down during the wait ------------------------------------------------------------------------
+
+SHUTDOWN = "PID 1 was systemd-shutdown"
+
+
+@pytest.mark.parametrize(("wait_until", "verdict"), [("started", "died"), ("finished", "failed")])
+def test_a_shutdown_ends_the_wait_with_the_exit_record_written_meanwhile(watch: Watch, monkeypatch: pytest.MonkeyPatch,
+                                                                        wait_until: str, verdict: str) -> None:
+    """The supervisor writes the record a moment after the job's end: the wait reads it, and names the shutdown."""
+    watch.write(HEADER + b"loading\n")
+    monkeypatch.setattr(_log_poll, "shutting_down", lambda **kw: SHUTDOWN)
+    reason = "the container shut down (its init stopped every process; PID 1 was systemd-shutdown): signal TERM"
+    record = exit_record_text("train", 143, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z",
+                              end={"end_state": "stopped", "cause": "shutdown", "reason": reason}).encode()
+    writer = threading.Timer(0.5, lambda: watch.write(record, Path(f"{watch.log}.exit")))
+    writer.start()
+    try:
+        facts = watch.poll(duration=20, pattern="READY", wait_until=wait_until)
+    finally:
+        writer.cancel()
+    assert (facts["verdict"], facts["shutdown"], facts["exit"]["cause"]) == (verdict, SHUTDOWN, "shutdown"), facts
+    assert 0.5 <= _elapsed(facts) < _log_poll.SHUTDOWN_GRACE + 1
+    result = result_from_facts(facts, _elapsed(facts))
+    assert (result["shutdown"], result["exit_status"], result["end_state"]) == (SHUTDOWN, 143, "stopped")
+
+
+def test_a_shutdown_without_an_exit_record_ends_the_wait_after_the_grace(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job slow to end on SIGTERM: the wait does not stay for it (the container is about to stop)."""
+    watch.write(HEADER + b"loading\n")
+    monkeypatch.setattr(_log_poll, "shutting_down", lambda **kw: SHUTDOWN)
+    monkeypatch.setattr(_log_poll, "SHUTDOWN_GRACE", 0.3)
+    facts = watch.poll(duration=20, pattern="READY")
+    assert (facts["verdict"], facts["shutdown"], facts["exit"]) == ("died", SHUTDOWN, {}), facts
+    assert 0.3 <= _elapsed(facts) < 2
+
+
+def test_a_record_of_an_earlier_shutdown_is_named_without_a_shutdown_now(watch: Watch) -> None:
+    """The container shut down and runs again: the record says why the job ended."""
+    reason = "the container shut down (its init stopped every process; PID 1 was systemd-shutdown): signal TERM"
+    watch.write(HEADER + b"loading\n" + TRAILER)
+    watch.write(exit_record_text("train", 143, "2025-01-01T00:00:00Z", "2025-01-01T00:00:09Z",
+                                 end={"end_state": "stopped", "cause": "shutdown", "reason": reason}).encode(), Path(f"{watch.log}.exit"))
+    facts = watch.poll(duration=5, pattern="READY", wait_until="finished")
+    assert facts["verdict"] == "failed" and "shutdown" not in facts, facts
+    assert result_from_facts(facts, _elapsed(facts))["shutdown"] == reason

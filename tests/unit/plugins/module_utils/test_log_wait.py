@@ -128,6 +128,7 @@ def test_result_from_facts() -> None:
         "log_exists": True, "log_size": 99, "offset": 99, "session_state": "running", "session_alive": True, "tmux_missing": False,
         "pane_pid": 5, "exit_status": 3, "ended_at": "E", "stopped_by": "trainops", "process_tree": [], "pct_calls": 4,
         "proof_recorded": True, "attempts": None, "end_state": None, "cause": None, "end_reason": None, "signal": None,
+        "shutdown": None,
     }
     assert "engine" not in result_from_facts(facts, 1)
     assert not {"proven_line", "new_lines", "lines_omitted"} & set(result_from_facts(facts, 1)), "only with finished and show_lines"
@@ -293,3 +294,27 @@ def test_wait_option_errors_name_the_suboption() -> None:
     assert wait_option_errors(wait) == []
     errors = wait_option_errors(dict(wait, timeout=0, pattern="(", fail_pattern="ok"))
     assert [error.split(" ")[3] for error in errors] == ["wait.timeout", "wait.pattern"], errors
+
+
+SHUT_DOWN = "the container shut down (its init stopped every process; PID 1 was systemd-shutdown): signal TERM"
+
+
+@pytest.mark.parametrize(("verdict", "opts", "head", "before"), [
+    ("failed", FINISHED, "Job failed", ""), ("died", OPTS, "Job did not start", ", before a log line matching 'Epoch'")])
+def test_a_shutdown_seen_during_the_wait_is_named(verdict: str, opts: dict[str, t.Any], head: str, before: str) -> None:
+    record = {"exit_status": "143", "end_state": "stopped", "cause": "shutdown", "reason": SHUT_DOWN, "signal": "TERM"}
+    seen = result_from_facts(dict(ENDED, verdict=verdict, exit=record, shutdown="PID 1 was systemd-shutdown"), 3.21)
+    assert seen["shutdown"] == "PID 1 was systemd-shutdown"
+    assert message(seen, opts) == (f"{head} in session train in container 250: the container shut down after 3.2 s (PID 1 was "
+                                   f"systemd-shutdown), and the job with it (exit status 143){before}; last log lines: step 4 | "
+                                   "ValueError: loss is NaN; launch the job again once the container runs")
+    early = result_from_facts(dict(ENDED, verdict=verdict, state="running", exit={}, shutdown="PID 1 was systemd-shutdown"), 2)
+    assert "(PID 1 was systemd-shutdown), and the job with it (no exit record yet)" in message(early, opts)
+
+
+def test_a_shutdown_told_by_the_exit_record_is_named() -> None:
+    record = {"exit_status": "143", "end_state": "stopped", "cause": "shutdown", "reason": SHUT_DOWN}
+    later = result_from_facts(dict(ENDED, verdict="failed", exit=record), 0.2)
+    assert later["shutdown"] == SHUT_DOWN
+    assert reason(later, FINISHED) == (f"Job failed in session train in container 250: {SHUT_DOWN} (exit status 143, after 0.2 s); "
+                                       "launch the job again once the container runs")
