@@ -381,7 +381,7 @@ def first_launch_rows(ctx: Context) -> list[Row]:
     section = f"first launch into a fresh container (created just before: prepare.yml installs tmux with apt), delay {ctx.delay_text(0.5)}"
     ctx.set_delay(0.5)
     hosts = [(FRESH_VMID, MAIN_NODE)]
-    ctx.main.ssh(f"pct destroy {FRESH_VMID} --force >/dev/null 2>&1; pct create {FRESH_VMID} --hostname bench{FRESH_VMID} --start 1")
+    ctx.main.ssh(f"pct destroy {FRESH_VMID} --force >/dev/null 2>&1; pct create {FRESH_VMID} --hostname bench{FRESH_VMID} --unprivileged 1 --start 1")
     try:
         run = checked(ctx.playbook("first launch into a fresh container", LAUNCH, hosts, SHIPPED, job_vars(ctx, "fresh", JOB_COMMAND)))
     finally:

@@ -122,7 +122,7 @@ def create_containers(ctx: Context) -> None:
     scripts = {}
     for name, vmids in NODE_VMIDS.items():
         loop = " ".join(map(str, vmids))
-        scripts[name] = f"for v in {loop}; do pct create $v --hostname bench$v --start 1 || exit 1; done"
+        scripts[name] = f"for v in {loop}; do pct create $v --hostname bench$v --unprivileged 1 --start 1 || exit 1; done"
     run_on_nodes(ctx, scripts, "creating the containers")
 
 

@@ -1,22 +1,33 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Copyright: Contributors to the trainops.pct_launch collection
-"""Fixtures for integration tests on real LXC containers behind the pct stand-in."""
+"""Fixtures for integration tests on real LXC containers behind the pct stand-in.
+
+Containers are unprivileged unless a test asks otherwise (``StandinNode.create(privileged=True)``), as the Proxmox
+VE web UI and ``pct create`` of pve-container 6.0.6+ make them. A test marked ``both_privileges`` runs twice: as
+``[unprivileged]``, and as ``[privileged]`` after every other test of its module, with the containers its
+module- and session-scoped fixtures created turned privileged in place (stopped, their ids shifted back, started
+again: ``privileges``) and every container it creates itself privileged.
+"""
 from __future__ import annotations
 
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-STANDIN_PCT = REPO / "tools" / "pve_standin" / "pct"
+STANDIN_DIR = REPO / "tools" / "pve_standin"
+STANDIN_PCT = STANDIN_DIR / "pct"
 INSTALL_TMUX = Path(__file__).resolve().parent / "files" / "install_tmux.sh"
+BOTH_PRIVILEGES = "both_privileges"
+PRIVILEGES = ("unprivileged", "privileged")
 
 
 def _have_lxc() -> bool:
@@ -48,7 +59,13 @@ def knob_pct(folder: Path, **knobs: str) -> str:
 
 
 class StandinNode:
-    """A stand-in Proxmox node with its own state root; its containers are destroyed at the end."""
+    """A stand-in Proxmox node with its own state root; its containers are destroyed at the end.
+
+    ``privileged_run`` is True while a ``both_privileges`` test runs as ``[privileged]``: every ``pct create`` made
+    through ``pct`` without ``--unprivileged`` then makes a privileged container.
+    """
+
+    privileged_run = False
 
     def __init__(self, root: Path | None, env: dict[str, str] | None = None) -> None:
         self.env = dict(os.environ)
@@ -67,10 +84,15 @@ class StandinNode:
         """
         env = dict(self.env, **(extra_env or {}))
         out = subprocess.PIPE if capture else subprocess.DEVNULL
-        result = subprocess.run([str(STANDIN_PCT), *map(str, args)], input=input or b"", stdout=out, stderr=out,
+        argv = [str(arg) for arg in args]
+        if argv[:1] == ["create"] and StandinNode.privileged_run and "--unprivileged" not in argv:
+            argv += ["--unprivileged", "0"]
+        result = subprocess.run([str(STANDIN_PCT), *argv], input=input or b"", stdout=out, stderr=out,
                                 env=env, timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"pct {' '.join(map(str, args))} exited {result.returncode}: {result.stderr!r}")
+        if argv[:1] == ["create"] and result.returncode == 0:
+            _CREATED[argv[1]] = (self, _FIXTURES[-1] if _FIXTURES else ("", ""))
         return result
 
     def sh(self, vmid: int, script: str, *args: str, check: bool = True, input: bytes | None = None,  # pylint: disable=redefined-builtin
@@ -95,11 +117,15 @@ class StandinNode:
         assert out.returncode == 0, f"installing tmux in CT {vmid} failed: {out.stderr.decode(errors='replace')}"
         return out.stdout.decode(errors="replace").strip()
 
-    def create(self, vmid: int, release: str = "bookworm", start: bool = True) -> int:
-        """Create (and start) a fresh container, replacing any left over from an earlier run."""
+    def create(self, vmid: int, release: str = "bookworm", start: bool = True, privileged: bool = False) -> int:
+        """Create (and start) a fresh container, replacing any left over from an earlier run.
+
+        Unprivileged (``--unprivileged 1``) unless ``privileged`` or a ``both_privileges`` test's privileged run.
+        """
         if self.pct("config", vmid).returncode == 0:
             self.pct("destroy", vmid, "--force", check=True)
-        args: list[str] = ["create", str(vmid), "--release", release]
+        privileged = privileged or StandinNode.privileged_run
+        args: list[str] = ["create", str(vmid), "--release", release, "--unprivileged", "0" if privileged else "1"]
         if start:
             args += ["--start", "1"]
         self.pct(*args, check=True, timeout=600)
@@ -110,6 +136,27 @@ class StandinNode:
         """Destroy every container this fixture created."""
         for vmid in self.created:
             self.pct("destroy", vmid, "--force")
+
+    def set_privileged(self, vmid: int | str, privileged: bool) -> bool:
+        """Turn a container privileged or unprivileged in place (stopped, ids shifted, started again when it ran).
+
+        Real pct refuses (``unprivileged`` is read-only): this is the stand-in's own (standin_image.set_privilege),
+        for the ``both_privileges`` runs. True when the container changed.
+        """
+        if str(STANDIN_DIR) not in sys.path:
+            sys.path.insert(0, str(STANDIN_DIR))
+        import standin_core  # pylint: disable=import-outside-toplevel,import-error
+        import standin_image  # pylint: disable=import-outside-toplevel,import-error
+        node = standin_core.state_from_env(self.env)
+        if (node.read_conf(str(vmid)).get("unprivileged") == "1") != privileged:
+            return False
+        running = node.is_running(str(vmid))
+        if running:
+            self.pct("stop", vmid, check=True)
+        standin_image.set_privilege(node, str(vmid), not privileged)
+        if running:
+            self.pct("start", vmid, check=True)
+        return True
 
 
 @pytest.fixture(autouse=True)
@@ -134,6 +181,66 @@ def shared_ssh_per_test() -> Iterator[Path]:
         for socket in folder.glob("pct-*"):
             subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "shared-connection"], capture_output=True, timeout=30, check=False)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Which fixture created each container (by VMID): the innermost fixture being set up when ``pct create`` ran, as
+# (name, the node ID of the folder or module that defines it).
+_CREATED: dict[str, tuple[StandinNode, tuple[str, str]]] = {}
+_FIXTURES: list[tuple[str, str]] = []
+_TURNED: set[str] = set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object]) -> Generator[None, None, None]:
+    """Remember which fixture is being set up, so that ``privileges`` knows which containers a fixture made."""
+    _FIXTURES.append((fixturedef.argname, fixturedef.baseid))
+    try:
+        yield
+    finally:
+        _FIXTURES.pop()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``both_privileges`` test runs as ``[unprivileged]`` and ``[privileged]``."""
+    if metafunc.definition.get_closest_marker(BOTH_PRIVILEGES) is not None:
+        metafunc.parametrize("privileges", PRIVILEGES, indirect=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``[privileged]`` runs go after every other test of their module: their containers are turned once."""
+    def privileged(item: pytest.Item) -> bool:
+        callspec = getattr(item, "callspec", None)
+        return callspec is not None and callspec.params.get("privileges") == "privileged"
+
+    order: dict[object, list[pytest.Item]] = {}
+    for item in items:
+        order.setdefault(getattr(item, "module", None), []).append(item)
+    items[:] = [item for group in order.values() for item in sorted(group, key=privileged)]
+
+
+@pytest.fixture(autouse=True)
+def privileges(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``privileged`` in the privileged run of a ``both_privileges`` test, else ``unprivileged``.
+
+    The containers made by the fixtures this test uses (module- or session-scoped: made before it) are turned to
+    that privilege, in place, when they are not yet (after a privileged run, the next test turns them back).
+    """
+    wanted = getattr(request, "param", "unprivileged")
+    for vmid, (node, (fixture, baseid)) in list(_CREATED.items()):
+        if fixture not in request.fixturenames or not request.node.nodeid.startswith(baseid):
+            continue
+        if wanted == "unprivileged" and vmid not in _TURNED:
+            continue
+        if node.pct("config", vmid).returncode != 0:
+            del _CREATED[vmid]
+        elif node.set_privileged(vmid, wanted == "privileged"):
+            _TURNED.add(vmid)
+    StandinNode.privileged_run = wanted == "privileged"
+    try:
+        yield wanted
+    finally:
+        StandinNode.privileged_run = False
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,24 @@ are in the node's ``nvidia-smi`` state, so code that maps GPU PIDs to containers
   as the real one does (the driver knows host PIDs only).
 - ``gpu_process_in_container`` starts ``python3 -c <sleep> <marker>`` inside (no tty, stdin /dev/null, setsid),
   finds its host PID by the marker in /proc/PID/cmdline and checks that /proc/PID/cgroup names the container.
+- Device files: no NVIDIA driver is loaded here, so a file with NVIDIA's numbers (195:N) cannot be opened. The
+  stand-in's files have the null device's numbers 1:3 (``ANSWERING``, ``device_numbers``): allowed by LXC's device
+  rules, and a driver answers every open, as on a GPU node. Opening a device node, the kernel checks the file's mode
+  (EACCES), then the container's device cgroup (EPERM), then the driver (ENXIO when none is registered for the
+  major). So a test makes a file a user cannot open with ``make_device_node(mode=..., owner=...)``, one the device
+  cgroup forbids with ``nvidia_numbers(name)`` in a privileged container (LXC's common.conf denies all but a list),
+  and one with no driver behind it with ``nvidia_numbers(name)`` once ``allow_devices(vmid, "c 195:* rwm")``.
 
 What ``/proc/PID/cgroup`` says for a process in a container (the PID -> VMID parser must handle both):
 
-Stand-in on this machine (cgroup v1 + v2 hybrid, Debian's LXC, no lxc.cgroup.dir). Measured for a process
+Stand-in on this machine since it places containers as Proxmox VE does (``lxc.cgroup.dir.container = lxc/VMID``,
+inner ``ns``; cgroup v1 + v2 hybrid), measured for a process started with ``pct exec 670 -- ...``::
+
+    5:devices:/lxc/670/ns
+    4:memory:/lxc/670/ns
+    0::/lxc/670/ns/.lxc
+
+and the container's init at ``lxc/VMID/ns/init.scope``. Before that (Debian's LXC, no lxc.cgroup.dir), measured for a process
 started with ``pct exec 670 -- setsid -f python3 ...`` on the local node; the same lines with 671 for one
 started in container 671 through pve-a's sshd (its own LXC path; same kernel, same cgroup names)::
 
@@ -49,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import inspect
 import json
 import os
 import re
@@ -78,6 +93,10 @@ GPU_MEMORY = 40960
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 511
+# The numbers every stand-in NVIDIA device file gets: the null device's. LXC's default device rules allow it
+# (common.conf: c 1:3 rwm) and its driver answers every open, as the NVIDIA driver does on a GPU node.
+ANSWERING = (1, 3)
+DEVICES_CGROUP = Path("/sys/fs/cgroup/devices")
 SLEEPER = "import time\nwhile True:\n    time.sleep(3600)\n"
 MARKER_PREFIX = "gpu-standin-"
 NODE_SIDE_ROOT = "/var/lib/pve-standin"
@@ -166,8 +185,12 @@ def device_names(gpus: Sequence[dict[str, Any]]) -> tuple[str, ...]:
     return ("nvidiactl", "nvidia-uvm", *(f"nvidia{int(g['index'])}" for g in gpus))
 
 
-def device_numbers(name: str) -> tuple[int, int]:
-    """(major, minor) of an NVIDIA device file: nvidiaN 195:N, nvidiactl 195:255, nvidia-uvm 511:0."""
+def nvidia_numbers(name: str) -> tuple[int, int]:
+    """(major, minor) of an NVIDIA device file on a GPU node: nvidiaN 195:N, nvidiactl 195:255, nvidia-uvm 511:0.
+
+    No driver answers for them here: the device cgroup of a privileged stand-in container refuses them (EPERM), and
+    where it allows them the kernel finds no driver for the major (ENXIO).
+    """
     fixed = {"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-modeset": (NVIDIA_MAJOR, 254),
              "nvidia-uvm": (UVM_MAJOR, 0), "nvidia-uvm-tools": (UVM_MAJOR, 1)}
     if name in fixed:
@@ -178,25 +201,132 @@ def device_numbers(name: str) -> tuple[int, int]:
     return NVIDIA_MAJOR, int(match.group(1))
 
 
+def device_numbers(name: str) -> tuple[int, int]:
+    """(major, minor) of a stand-in NVIDIA device file whose driver answers: ``ANSWERING`` (1:3) for every name."""
+    nvidia_numbers(name)  # an NVIDIA name
+    return ANSWERING
+
+
 def push_file(node: StandinNode, vmid: int, path: str, data: bytes, mode: str = "0644") -> None:
     """Write a file inside a container, its content fed through pct's stdin as a pipe."""
     node.sh(vmid, 'mkdir -p "$(dirname "$1")" && cat > "$1.tmp" && chmod "$2" "$1.tmp" && mv "$1.tmp" "$1"',
             path, mode, input=data)
 
 
-def make_devices(node: StandinNode, vmid: int, names: Iterable[str]) -> None:
-    """Create NVIDIA character devices in the container's /dev with mknod (LXC allows ``c *:* m``)."""
+def _passed_devices(node: StandinNode, vmid: int) -> dict[str, dict[str, str]]:
+    """The container's ``devN`` entries from ``pct config``: {key: {"path": ..., "mode": ..., ...}}."""
+    found = {}
+    for line in node.pct("config", vmid, check=True).stdout.decode("utf-8", "replace").splitlines():
+        key, _sep, value = line.partition(": ")
+        if re.fullmatch(r"dev[0-9]+", key):
+            items = [item.partition("=") for item in value.split(",")]
+            found[key] = {name if sep else "path": text if sep else name for name, sep, text in items}
+    return found
+
+
+def make_devices(node: StandinNode, vmid: int, names: Iterable[str], *, mode: str = "0666", uid: int | None = None,
+                 gid: int | None = None) -> None:
+    """Pass NVIDIA device files into a container as a Proxmox VE node does: ``devN`` entries (``pct set``).
+
+    Each node is made once with mknod on this host under a temporary folder, never in the host's /dev
+    (``device_numbers``); the stand-in shows a device path outside /dev as ``/dev/<file name>`` inside. A devN the
+    container lacks is hot-plugged into the running container, as Proxmox VE 8.1+ does; a changed one (mode, uid,
+    gid) applies at the next start, so the container is then restarted (its processes end). ``mode`` (Proxmox's
+    default is 0660), ``uid`` and ``gid`` are the devN options: the mode and owner the files get inside. Works in
+    unprivileged containers, where mknod inside is refused, and in privileged ones.
+    """
+    import stat  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+    folder = Path(tempfile.gettempdir()) / "gpu-standin-devices"
+    folder.mkdir(exist_ok=True)
+    names = list(names)
+    passed = _passed_devices(node, vmid)
+    by_path = {entry["path"]: key for key, entry in passed.items()}
+    free = (f"dev{index}" for index in range(256) if f"dev{index}" not in passed)
+    shown = node.sh(vmid, 'for n in "$@"; do if test -c "/dev/$n"; then echo "$n"; fi; done', *names).stdout.split()
+    wanted = {"mode": mode, **({"uid": str(uid)} if uid is not None else {}), **({"gid": str(gid)} if gid is not None else {})}
     args: list[str] = []
+    deleted: list[str] = []
+    restart = False
     for name in names:
-        major, minor = device_numbers(name)
-        args += [f"/dev/{name}", str(major), str(minor)]
-    script = 'while [ $# -gt 0 ]; do rm -f "$1"; mknod -m 0666 "$1" c "$2" "$3" || exit 1; shift 3; done'
-    node.sh(vmid, script, *args)
+        host = folder / name
+        rdev = os.makedev(*device_numbers(name))
+        try:
+            os.mknod(host, 0o666 | stat.S_IFCHR, rdev)
+        except FileExistsError:
+            if os.stat(host).st_rdev != rdev:
+                raise
+        spec = ",".join([str(host)] + [f"{key}={value}" for key, value in wanted.items()])
+        key = by_path.get(str(host))
+        if key is not None and name.encode() in shown:
+            if {k: v for k, v in passed[key].items() if k != "path"} != wanted:
+                args += [f"--{key}", spec]
+                restart = True
+            continue
+        if key is not None:  # gone inside (taken away): a new entry is hot-plugged
+            deleted.append(key)
+        args += [f"--{next(free)}", spec]
+    if deleted:
+        args += ["--delete", ",".join(deleted)]
+    if args:
+        node.pct("set", vmid, *args, check=True)
+    if restart:
+        node.pct("reboot", vmid, check=True)
 
 
 def remove_devices(node: StandinNode, vmid: int, names: Iterable[str]) -> None:
-    """Take device files away inside a container (``nvidia-uvm``, ``nvidia1``, ...)."""
-    node.sh(vmid, 'for n in "$@"; do rm -f "/dev/$n"; done', *names)
+    """Take device files away inside a container (``nvidia-uvm``, ``nvidia1``, ...).
+
+    Their devN entries are deleted (Proxmox VE applies that at the next start, so a restart does not bring them
+    back) and the files are unmounted and removed inside at once.
+    """
+    names = list(names)
+    keys = [key for key, entry in _passed_devices(node, vmid).items() if os.path.basename(entry["path"]) in names]
+    if keys:
+        node.pct("set", vmid, "--delete", ",".join(keys), check=True)
+    node.sh(vmid, 'for n in "$@"; do while umount "/dev/$n" 2>/dev/null; do :; done; rm -f "/dev/$n"; done', *names)
+
+
+def create_privileged(node: StandinNode, vmid: int) -> int:
+    """Create (and start) a privileged container: mknod inside, and LXC's device cgroup rules (``make_device_node``)."""
+    if "privileged" in inspect.signature(node.create).parameters:
+        return node.create(vmid, privileged=True)  # type: ignore[call-arg]
+    if node.pct("config", vmid).returncode == 0:  # as StandinNode.create, before it could say privileged
+        node.pct("destroy", vmid, "--force", check=True)
+    node.pct("create", vmid, "--unprivileged", "0", "--start", "1", check=True, timeout=600)
+    node.created.append(vmid)
+    return vmid
+
+
+def make_device_node(node: StandinNode, vmid: int, name: str, numbers: tuple[int, int] = ANSWERING,
+                     mode: str = "0666", owner: str = "0:0") -> None:
+    """``/dev/NAME`` in a privileged container with mknod (LXC allows ``c *:* m``), of this mode and owner (uid:gid).
+
+    ``ANSWERING`` (the default) opens for whoever the mode lets in; ``nvidia_numbers(name)`` is refused by the
+    container's device cgroup (EPERM), or, once ``allow_devices`` allowed its major, finds no driver (ENXIO).
+    """
+    # a file passed through (devN:) is a bind mount: unmount it first (root in a privileged container may)
+    script = 'while umount "$1" 2>/dev/null; do :; done; rm -f "$1" && mknod -m "$4" "$1" c "$2" "$3" && chown "$5" "$1"'
+    node.sh(vmid, script, f"/dev/{name}", str(numbers[0]), str(numbers[1]), mode, owner)
+
+
+def device_cgroup(vmid: int) -> Path:
+    """The container's cgroup v1 ``devices`` folder on this host: ``lxc/VMID`` (Proxmox VE's layout, with the inner
+    ``ns`` below it) or ``lxc.payload.VMID`` (plain LXC), read from /proc/PID/cgroup of its processes."""
+    pattern = re.compile(rf"^[0-9]+:devices:(/lxc/{vmid}|/lxc\.payload\.{vmid}(?:-[0-9]+)?)(?:/|$)", re.M)
+    for entry in os.listdir("/proc"):
+        match = pattern.search(proc_cgroup(int(entry))) if entry.isdigit() else None
+        if match:
+            return DEVICES_CGROUP / match.group(1).lstrip("/")
+    raise AssertionError(f"no process of container {vmid} in a devices cgroup (is the container running, cgroup v1?)")
+
+
+def allow_devices(vmid: int, rule: str) -> None:
+    """Add ``rule`` (``c 195:* rwm``) to a running container's device cgroups, top down (a cgroup v1 child gets no more
+    than its parent), as an ``lxc.cgroup2.devices.allow`` line of its config (or ``devN:`` passthrough) does. Gone
+    when the container restarts."""
+    for folder, _dirs, _files in os.walk(device_cgroup(vmid)):
+        (Path(folder) / "devices.allow").write_text(rule + "\n", encoding="utf-8")
 
 
 def install_libraries(node: StandinNode, vmid: int, version: str) -> None:

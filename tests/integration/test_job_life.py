@@ -91,6 +91,7 @@ def fresh(test: str) -> str:
     return f"{test}-{uuid.uuid4().hex[:6]}"
 
 
+@pytest.mark.both_privileges
 def test_a_job_failing_twice_then_running_is_restarted_twice_and_reported_with_3_attempts(ct: int, standin: StandinNode, tmp_path: Path) -> None:
     name = fresh("flaky")
     run = play(tmp_path, [launch(name, FLAKY, restart="on_failure", restart_delay=0.5),
@@ -105,6 +106,7 @@ def test_a_job_failing_twice_then_running_is_restarted_twice_and_reported_with_3
     assert [line for line in log if line.startswith("attempt ")] == ["attempt 1", "attempt 2", "attempt 3"]
 
 
+@pytest.mark.both_privileges
 def test_a_job_over_its_time_limit_is_recorded_as_timeout(ct: int, standin: StandinNode, tmp_path: Path) -> None:
     name = fresh("limit")
     run = play(tmp_path, [launch(name, "trap '' TERM; echo Epoch 1/9; while :; do sleep 1; done", time_limit=4, time_limit_grace=1),
@@ -116,6 +118,7 @@ def test_a_job_over_its_time_limit_is_recorded_as_timeout(ct: int, standin: Stan
     assert "time limit of 4 s" in session["reason"]
 
 
+@pytest.mark.both_privileges
 def test_a_job_that_goes_silent_is_recorded_as_stalled_within_its_window_plus_one_poll(ct: int, standin: StandinNode, tmp_path: Path) -> None:
     name = fresh("silent")
     run = play(tmp_path, [launch(name, "echo step 1; sleep 600", stall_timeout=3)])
@@ -190,6 +193,7 @@ def _wait_events(events: list[dict[str, t.Any]], done: t.Callable[[list[dict[str
         time.sleep(0.1)
 
 
+@pytest.mark.both_privileges
 def test_a_real_oom_kill_in_a_memory_limited_container_is_reported_as_such(standin: StandinNode, tmp_path: Path) -> None:
     _prepare(standin, CT_SMALL, "--memory", "192")
     try:

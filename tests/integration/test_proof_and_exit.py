@@ -221,6 +221,7 @@ def test_unproven_running_job_is_proven_on_the_rerun(ct_proof: int, standin: Sta
     standin.sh(ct_proof, 'tmux kill-session -t "=$1"', name, check=False)
 
 
+@pytest.mark.both_privileges
 def test_a_launch_proven_in_its_task_is_not_proven_again(
         ct_proof: int, standin: StandinNode, tmp_path: Path, counting: tuple[str, Path]) -> None:
     pct_path, calls = counting

@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import re
+import secrets
+import stat
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from .conftest import StandinNode, lines
+from .gpu_standin import wait_marked
 
 pytestmark = pytest.mark.integration
 
@@ -19,6 +23,13 @@ CT = 281
 STOPPED_CT = 282
 OOM_CT = 285
 UNLIMITED_CT = 286
+PRIVILEGED_CT = 288
+MEMORY_CT = 289
+TURNED_CT = 290
+BOTH_CT = 291
+STATE_ROOT = Path(os.environ.get("PVE_STANDIN_ROOT", "/var/lib/pve-standin"))
+CGROUP = Path("/sys/fs/cgroup")
+MIB = 1024 * 1024
 JOB_END = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "_job_end.py"
 OOM_KILLS = "import sys; sys.path.insert(0, '/root'); import _job_end; print(_job_end.oom_kills())"
 
@@ -234,3 +245,128 @@ def test_setup_script_is_safe_to_run_twice(standin: StandinNode) -> None:
         result = subprocess.run([str(script)], capture_output=True, check=False, timeout=600)
         assert result.returncode == 0, result.stderr
     assert standin.pct("status", 200, check=True).stdout == b"status: running\n"
+    assert "unprivileged: 1" in lines(standin.pct("config", 200, check=True).stdout)
+
+
+def _mknod(path: Path, major: int, minor: int) -> str:
+    """A character device node under a temporary folder (never in the host's /dev), for devN."""
+    os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
+    return str(path)
+
+
+def _stat_inside(node: StandinNode, vmid: int, *paths: str) -> list[str]:
+    """``mode uid gid major:minor`` (hex numbers) of files inside a container."""
+    out = node.sh(vmid, 'for f in "$@"; do stat -c "%n %a %u %g %t:%T" "$f"; done', *paths)
+    return lines(out.stdout)
+
+
+def test_containers_are_unprivileged_by_default_and_map_root_to_100000(standin: StandinNode, ct: int) -> None:
+    """Root inside is uid 100000 on the node: its processes, and the files it makes in the rootfs."""
+    assert "unprivileged: 1" in lines(standin.pct("config", ct, check=True).stdout)
+    inside = standin.sh(ct, "id -u; cat /proc/self/uid_map /proc/self/gid_map").stdout.decode().split()
+    assert inside == ["0", "0", "100000", "65536", "0", "100000", "65536"]
+    marker = f"unpriv-{secrets.token_hex(6)}"
+    standin.sh(ct, 'setsid -f python3 -c "import time; time.sleep(300)" "$1" </dev/null >/dev/null 2>&1', marker)
+    try:
+        pid = wait_marked(marker)
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+        assert re.search(r"^Uid:\s+100000\s+100000\s", status, re.M), status
+        # pve-container's cgroup layout: lxc/VMID with the container's cgroup namespace at lxc/VMID/ns
+        assert f"/lxc/{ct}/ns" in Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8")
+    finally:
+        standin.sh(ct, 'pkill -f "$1"', marker, check=False)
+    standin.sh(ct, "echo x > /root/made-inside")
+    made = STATE_ROOT / "lxc" / str(ct) / "overlay" / "delta" / "root" / "made-inside"
+    assert (made.stat().st_uid, made.stat().st_gid) == (100000, 100000)
+
+
+def test_apt_installs_in_an_unprivileged_container(standin: StandinNode, ct: int) -> None:
+    """dpkg renames directories: in a user namespace the overlay rootfs needs ``userxattr`` for that."""
+    standin.apt_install(ct, "hello")
+    assert standin.sh(ct, "hello").stdout == b"Hello, world!\n"
+
+
+def test_a_privileged_container_with_devices_given_at_create(private_node: StandinNode, tmp_path: Path) -> None:
+    """``--unprivileged 0``: root is the node's root; devN default to mode 0660 root:root, deny-write is enforced."""
+    null, zero = _mknod(tmp_path / "gpu0", 1, 3), _mknod(tmp_path / "gpu1", 1, 5)
+    private_node.pct("create", PRIVILEGED_CT, "--unprivileged", "0", "--dev0", null, "--dev1", f"{zero},deny-write=1",
+                     "--start", "1", check=True, timeout=600)
+    private_node.created.append(PRIVILEGED_CT)
+    config = lines(private_node.pct("config", PRIVILEGED_CT, check=True).stdout)
+    assert not [line for line in config if line.startswith("unprivileged")], config  # pve-container writes it only when 1
+    assert f"dev1: {zero},deny-write=1" in config
+    assert private_node.sh(PRIVILEGED_CT, "cat /proc/self/uid_map").stdout.split() == [b"0", b"0", b"4294967295"]
+    assert _stat_inside(private_node, PRIVILEGED_CT, "/dev/gpu0", "/dev/gpu1") == ["/dev/gpu0 660 0 0 1:3", "/dev/gpu1 660 0 0 1:5"]
+    assert private_node.sh(PRIVILEGED_CT, "echo x > /dev/gpu0 && head -c 4 /dev/gpu1 | wc -c").stdout == b"4\n"
+    denied = private_node.sh(PRIVILEGED_CT, "echo x > /dev/gpu1", check=False)
+    assert denied.returncode != 0 and b"Operation not permitted" in denied.stderr, denied
+
+
+def test_devices_are_hot_plugged_and_kept_across_restarts(standin: StandinNode, ct: int, tmp_path: Path) -> None:
+    """``pct set --devN`` on a running unprivileged CT: there at once, with its mode and its owner mapped; a deleted
+    devN stays until the next start, as on Proxmox VE."""
+    device = _mknod(tmp_path / "gpu5", 1, 3)
+    standin.pct("set", ct, "--dev5", f"{device},mode=0640,uid=1000,gid=44", check=True)
+    assert f"dev5: {device},gid=44,mode=0640,uid=1000" in lines(standin.pct("config", ct, check=True).stdout)
+    assert _stat_inside(standin, ct, "/dev/gpu5") == ["/dev/gpu5 640 1000 44 1:3"]
+    node_side = (STATE_ROOT / "lxc" / str(ct) / "passthrough" / "dev" / "gpu5").stat()
+    assert (node_side.st_uid, node_side.st_gid) == (101000, 100044)
+    standin.pct("reboot", ct, check=True)
+    assert _stat_inside(standin, ct, "/dev/gpu5") == ["/dev/gpu5 640 1000 44 1:3"]
+    standin.pct("set", ct, "--delete", "dev5", check=True)
+    assert standin.sh(ct, "test -c /dev/gpu5", check=False).returncode == 0, "a deleted devN goes at the next start"
+    standin.pct("reboot", ct, check=True)
+    assert standin.sh(ct, "test -e /dev/gpu5", check=False).returncode == 1
+
+
+def test_set_refuses_what_pve_refuses(standin: StandinNode, ct: int, tmp_path: Path) -> None:
+    for args, message in ((["--dev6", "/nonexistent/gpu"], "Device /nonexistent/gpu does not exist"),
+                          (["--dev6", str(tmp_path)], f"{tmp_path} is not a device"),
+                          (["--dev6", "/dev/null,mode=777"], "dev6.mode: value does not match the regex pattern"),
+                          (["--unprivileged", "0"], "unable to modify read-only option: 'unprivileged'"),
+                          ([], "no options specified")):
+        refused = standin.pct("set", ct, *args)
+        assert refused.returncode != 0 and message in refused.stderr.decode(), (args, refused)
+    missing = standin.pct("set", ct, "--delete", "dev99")
+    assert (missing.returncode, missing.stderr) == (0, b"cannot delete 'dev99' - not set in current configuration!\n")
+    assert not [line for line in lines(standin.pct("config", ct, check=True).stdout) if line.startswith("dev6")]
+
+
+def test_memory_and_swap_are_limited_as_this_host_allows(private_node: StandinNode) -> None:
+    """cgroup v1 here: limit_in_bytes = memory, memsw.limit_in_bytes = memory + swap; v2: memory.max, .high, .swap.max."""
+    private_node.pct("create", MEMORY_CT, "--memory", "96", "--swap", "32", "--start", "1", check=True, timeout=600)
+    private_node.created.append(MEMORY_CT)
+    config = lines(private_node.pct("config", MEMORY_CT, check=True).stdout)
+    assert "memory: 96" in config and "swap: 32" in config
+    if (CGROUP / "memory" / "memory.limit_in_bytes").is_file():
+        limits = CGROUP / "memory" / "lxc" / str(MEMORY_CT)
+        assert int((limits / "memory.limit_in_bytes").read_text(encoding="ascii")) == 96 * MIB
+        if (limits / "memory.memsw.limit_in_bytes").is_file():
+            assert int((limits / "memory.memsw.limit_in_bytes").read_text(encoding="ascii")) == 128 * MIB
+    else:
+        limits = CGROUP / "lxc" / str(MEMORY_CT)
+        assert int((limits / "memory.max").read_text(encoding="ascii")) == 96 * MIB
+        assert int((limits / "memory.high").read_text(encoding="ascii")) == 96 * 1024 * 1016
+        assert int((limits / "memory.swap.max").read_text(encoding="ascii")) == 32 * MIB
+
+
+def test_a_container_turned_privileged_and_back_keeps_its_files(private_node: StandinNode) -> None:
+    """The both_privileges runs turn containers in place (the stand-in's own, not pct's): files keep their owners."""
+    vmid = private_node.create(TURNED_CT)
+    private_node.sh(vmid, "mkdir -p /srv/d && echo kept > /srv/d/f && chown 1000:1000 /srv/d/f")
+    assert private_node.set_privileged(vmid, True) and not private_node.set_privileged(vmid, True)
+    assert private_node.sh(vmid, "cat /proc/self/uid_map").stdout.split() == [b"0", b"0", b"4294967295"]
+    assert private_node.sh(vmid, "stat -c %u /srv/d/f; cat /srv/d/f; mv /srv/d /srv/e").stdout == b"1000\nkept\n"
+    assert private_node.set_privileged(vmid, False)
+    assert "unprivileged: 1" in lines(private_node.pct("config", vmid, check=True).stdout)
+    assert private_node.sh(vmid, "stat -c %u /srv/e/f; cat /srv/e/f").stdout == b"1000\nkept\n"
+
+
+@pytest.mark.both_privileges
+def test_both_privileges_runs_the_test_in_each_kind_of_container(standin: StandinNode, ct: int, privileges: str,
+                                                                 private_node: StandinNode) -> None:
+    """The module's container is turned for the privileged run; a container the test creates follows the run."""
+    private_node.create(BOTH_CT)
+    want = [b"0", b"0", b"4294967295"] if privileges == "privileged" else [b"0", b"100000", b"65536"]
+    for node, vmid in ((standin, ct), (private_node, BOTH_CT)):
+        assert node.sh(vmid, "cat /proc/self/uid_map").stdout.split() == want, (vmid, privileges)

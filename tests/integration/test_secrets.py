@@ -262,6 +262,7 @@ def playbook_tasks(tag: str, mark: str, full: bool) -> list[dict[str, t.Any]]:
     ]
 
 
+@pytest.mark.both_privileges
 def test_secret_not_in_ansible_output_nor_on_the_process_list(node: StandinNode, tmp_path: Path) -> None:
     """(a) and (b) through ansible-playbook, at verbosity 0 and -vvvv; then (c) to (f) in the container."""
     used: list[Secret] = []

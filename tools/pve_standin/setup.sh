@@ -5,8 +5,9 @@
 # Bring the local Proxmox VE stand-in up from nothing, on a Debian host, as root:
 # install LXC, lxc-templates and mmdebstrap (tools/system-packages.sh standin),
 # put the stand-in's `pct` on PATH, build the Debian image once (cached),
-# create container 200 and start it. Safe to run again: it only does what is
-# missing.
+# create container 200 (unprivileged, as the Proxmox VE web UI makes them) and
+# start it. Safe to run again: it only does what is missing, and re-creates a
+# privileged CT 200 that an older stand-in made.
 #
 # Usage: tools/pve_standin/setup.sh [--no-container]
 #   --no-container   only the packages and `pct` on PATH (for the benchmarks,
@@ -51,9 +52,19 @@ ln -sfn "$here/pct" /usr/local/sbin/pct
 say "pct is $(readlink -f /usr/local/sbin/pct)"
 [ "$container" = 1 ] || exit 0
 
-if ! pct config "$vmid" >/dev/null 2>&1; then
-  say "creating CT $vmid (Debian $release; the first build of an image takes about 30 s)"
-  pct create "$vmid" --release "$release" --hostname "$hostname"
+exists=0
+if config="$(pct config "$vmid" 2>/dev/null)"; then
+  exists=1
+  # The stand-in's own quickstart CT: one an older stand-in made privileged is made again, unprivileged.
+  if ! grep -qx 'unprivileged: 1' <<<"$config" && grep -q '^description: stand-in ' <<<"$config"; then
+    say "CT $vmid is privileged (an older stand-in made it): re-creating it unprivileged"
+    pct destroy "$vmid" --force 1
+    exists=0
+  fi
+fi
+if [ "$exists" = 0 ]; then
+  say "creating CT $vmid (Debian $release, unprivileged; the first build of an image takes about 30 s)"
+  pct create "$vmid" --release "$release" --hostname "$hostname" --unprivileged 1
 fi
 if [ "$(pct status "$vmid")" != "status: running" ]; then
   say "starting CT $vmid"

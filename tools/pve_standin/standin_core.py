@@ -4,7 +4,7 @@
 
 It reproduces the command-line surface and the output of pve-container's
 ``pct`` for the verbs the collection uses (exec, status, list, start, stop,
-reboot, config, push, pull) and adds ``create`` and ``destroy`` that build
+shutdown, reboot, config, push, pull) and adds ``create`` and ``destroy`` that build
 containers from a cached Debian root file system made with mmdebstrap.
 
 Layout (``PVE_STANDIN_ROOT``, default ``/var/lib/pve-standin``):
@@ -38,22 +38,31 @@ RELEASES = {"bullseye": "11", "bookworm": "12", "trixie": "13"}
 DEFAULT_RELEASE = "bookworm"
 IMAGE_PACKAGES = ("python3", "ca-certificates", "systemd-sysv", "procps")
 KNOB_ENV = {"pty": "PVE_STANDIN_PTY", "delay": "PVE_STANDIN_DELAY", "delay_mode": "PVE_STANDIN_DELAY_MODE",
-            "call_log": "PVE_STANDIN_CALL_LOG"}
+            "call_log": "PVE_STANDIN_CALL_LOG", "pve_container": "PVE_STANDIN_PVE_CONTAINER",
+            "cluster": "PVE_STANDIN_CLUSTER", "die_status": "PVE_STANDIN_DIE_STATUS"}
+# The pve-container version pct behaves as (knob pve_container): the newest of the mirrored sources' changelog.
+DEFAULT_PVE_CONTAINER = "6.1.10"
+CLUSTER_STATES = ("up", "down")
 # How a call spends its delay: ``sleep`` waits it out; ``cpu`` burns that much CPU time in a busy loop, as real pct
 # (Perl loading the PVE stack on every call) does, so that on a busy machine the call takes longer than the delay.
 DELAY_MODES = ("sleep", "cpu")
 VMID_RE = re.compile(r"^[1-9][0-9]{2,8}$")
+# dev0 .. dev255: passthrough devices (pve-container's src/PVE/LXC/Config.pm $MAX_DEVICES), taking a value each.
+DEVICE_OPTIONS = {f"dev{index}": False for index in range(256)}
 USAGE = {
     "exec": "pct exec <vmid> [<extra-args>] [OPTIONS]",
     "status": "pct status <vmid> [OPTIONS]",
     "list": "pct list",
     "start": "pct start <vmid> [OPTIONS]",
     "stop": "pct stop <vmid> [OPTIONS]",
+    "shutdown": "pct shutdown <vmid> [OPTIONS]",
     "reboot": "pct reboot <vmid> [OPTIONS]",
     "config": "pct config <vmid> [OPTIONS]",
     "push": "pct push <vmid> <file> <destination> [OPTIONS]",
     "pull": "pct pull <vmid> <path> <destination> [OPTIONS]",
-    "create": "pct create <vmid> [<ostemplate>] [--release bullseye|bookworm|trixie] [--hostname NAME] [--memory MB] [--start 0|1]",
+    "create": ("pct create <vmid> [<ostemplate>] [--release bullseye|bookworm|trixie] [--hostname NAME] [--memory MB] "
+               "[--swap MB] [--unprivileged 0|1] [--dev[n] PATH[,mode=0660][,uid=N][,gid=N][,deny-write=1]] [--start 0|1]"),
+    "set": "pct set <vmid> [--dev[n] PATH[,mode=0660][,uid=N][,gid=N][,deny-write=1]] [--delete KEYS] [OPTIONS]",
     "destroy": "pct destroy <vmid> [--force 0|1]",
 }
 # Options each verb takes, and whether they are flags (may stand without a value).
@@ -63,15 +72,18 @@ OPTIONS: dict[str, dict[str, bool]] = {
     "list": {},
     "start": {"skiplock": True},
     "stop": {"skiplock": True, "timeout": False},
+    "shutdown": {"timeout": False, "forceStop": True},
     "reboot": {"timeout": False},
     "config": {"current": True, "snapshot": False},
     "push": {"perms": False, "user": False, "group": False},
     "pull": {"perms": False, "user": False, "group": False},
-    "create": {"release": False, "hostname": False, "start": True, "memory": False, "cores": False},
+    "create": {"release": False, "hostname": False, "start": True, "memory": False, "swap": False, "cores": False,
+               "unprivileged": True, **DEVICE_OPTIONS},
+    "set": {"delete": False, "unprivileged": True, **DEVICE_OPTIONS},
     "destroy": {"force": True, "purge": True},
 }
-POSITIONALS = {"exec": 1, "status": 1, "list": 0, "start": 1, "stop": 1, "reboot": 1, "config": 1,
-               "push": 3, "pull": 3, "create": 1, "destroy": 1}
+POSITIONALS = {"exec": 1, "status": 1, "list": 0, "start": 1, "stop": 1, "shutdown": 1, "reboot": 1, "config": 1,
+               "push": 3, "pull": 3, "create": 1, "set": 1, "destroy": 1}
 
 
 class PctError(Exception):
@@ -95,12 +107,16 @@ class Call:
 
 @dataclasses.dataclass
 class Knobs:
-    """Test knobs: a pty for exec, a delay per call (slept or burnt as CPU time), a log of every call."""
+    """Test knobs: a pty for exec, a delay per call (slept or burnt as CPU time), a log of every call, and the
+    faults of standin_faults.py: the pve-container version, pve-cluster down, the exit status of a die."""
 
     pty: bool = False
     delay: float = 0.0
     delay_mode: str = "sleep"
     call_log: str = ""
+    pve_container: str = DEFAULT_PVE_CONTAINER
+    cluster: str = "up"
+    die_status: int | None = None
 
     @classmethod
     def load(cls, root: Path, environ: dict[str, str]) -> Knobs:
@@ -115,18 +131,50 @@ class Knobs:
         for key, var in KNOB_ENV.items():
             if var in environ:
                 values[key] = environ[var]
-        delay_mode = values.get("delay_mode", "").strip().lower() or "sleep"
-        if delay_mode not in DELAY_MODES:
-            var = KNOB_ENV["delay_mode"]
-            where = var if var in environ else f"delay_mode in {conf} ({var} unset)"
-            raise PctError(f"invalid stand-in knob {where}: '{values['delay_mode']}' is not one of "
-                           f"{', '.join(DELAY_MODES)}")
+        checked = _Checked(values, environ, conf)
         return cls(
             pty=values.get("pty", "0").lower() in ("1", "true", "yes", "on"),
             delay=float(values.get("delay", "0") or 0),
-            delay_mode=delay_mode,
+            delay_mode=checked.choice("delay_mode", DELAY_MODES),
             call_log=values.get("call_log", ""),
+            pve_container=checked.version("pve_container", DEFAULT_PVE_CONTAINER),
+            cluster=checked.choice("cluster", CLUSTER_STATES),
+            die_status=checked.status("die_status"),
         )
+
+
+@dataclasses.dataclass
+class _Checked:
+    """Knob values checked, failing every call with a message naming where a bad value came from."""
+
+    values: dict[str, str]
+    environ: dict[str, str]
+    conf: Path
+
+    def fail(self, key: str, expected: str) -> PctError:
+        var = KNOB_ENV[key]
+        where = var if var in self.environ else f"{key} in {self.conf} ({var} unset)"
+        return PctError(f"invalid stand-in knob {where}: '{self.values[key]}' is not {expected}")
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
+        value = self.values.get(key, "").strip().lower() or choices[0]
+        if value not in choices:
+            raise self.fail(key, f"one of {', '.join(choices)}")
+        return value
+
+    def version(self, key: str, default: str) -> str:
+        value = self.values.get(key, "").strip() or default
+        if not re.fullmatch(r"[0-9]+(\.[0-9]+)*(-[0-9]+)?", value):
+            raise self.fail(key, "a pve-container version such as 5.0.8")
+        return value
+
+    def status(self, key: str) -> int | None:
+        value = self.values.get(key, "").strip()
+        if not value:
+            return None
+        if not re.fullmatch(r"[0-9]+", value) or not 1 <= int(value) <= 255:
+            raise self.fail(key, "an exit status from 1 to 255")
+        return int(value)
 
 
 def burn_cpu(seconds: float) -> None:
