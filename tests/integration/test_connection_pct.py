@@ -419,7 +419,9 @@ def locked(tmp_path: Path) -> Iterator[Path]:
     if pct("config", LOCKED).returncode == 0:
         pct("destroy", LOCKED, "--force", "1")
     pct("create", LOCKED, "--release", "bookworm", "--start", "1", check=True)
-    conf = next(Path(os.environ.get("PVE_STANDIN_ROOT", "/var/lib/pve-standin")).glob(f"nodes/*/lxc/{LOCKED}.conf"))
+    confs = list(Path(os.environ.get("PVE_STANDIN_ROOT", "/var/lib/pve-standin")).glob(f"nodes/*/lxc/{LOCKED}.conf"))
+    assert len(confs) == 1, confs
+    conf = confs[0]
     with open(conf, "a", encoding="utf-8") as out:
         out.write("lock: backup\n")
     try:

@@ -688,7 +688,7 @@ SHUTDOWN = "PID 1 was systemd-shutdown"
 
 @pytest.mark.parametrize(("wait_until", "verdict"), [("started", "died"), ("finished", "failed")])
 def test_a_shutdown_ends_the_wait_with_the_exit_record_written_meanwhile(watch: Watch, monkeypatch: pytest.MonkeyPatch,
-                                                                        wait_until: str, verdict: str) -> None:
+                                                                         wait_until: str, verdict: str) -> None:
     """The supervisor writes the record a moment after the job's end: the wait reads it, and names the shutdown."""
     watch.write(HEADER + b"loading\n")
     monkeypatch.setattr(_log_poll, "shutting_down", lambda **kw: SHUTDOWN)

@@ -258,7 +258,6 @@ def test_become_exe_not_found_cause() -> None:
                      "set pct_node_become_exe, or log in as root and set pct_node_become to false")
 
 
-
 # --- pct's own dies of a Proxmox VE node, read from the sources (tools/pve_standin/standin_faults.py imitates them) ---
 
 OLD_PCT = b"Unknown option: keep-env\n400 unable to parse option\npct exec <vmid> [<extra-args>]\n"

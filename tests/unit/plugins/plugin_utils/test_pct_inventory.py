@@ -248,7 +248,7 @@ HELP_NEW = """USAGE: pct exec <vmid> [<extra-args>] [OPTIONS]
   --keep-env <boolean>   (default=1)
              Keep the current environment.
 """
-HELP_OLD = HELP_NEW.split("  --keep-env")[0].replace(" [OPTIONS]", "")
+HELP_OLD = HELP_NEW.split("  --keep-env", maxsplit=1)[0].replace(" [OPTIONS]", "")
 
 
 @pytest.mark.parametrize(("help_text", "status", "expected"), [
