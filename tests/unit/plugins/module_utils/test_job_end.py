@@ -597,8 +597,10 @@ def test_a_summary_without_its_rank_line_is_not_torchelastic(tmp_path: Path) -> 
 SHUTDOWN = "PID 1 was systemd-shutdown"
 
 
-@pytest.mark.parametrize(("status", "signal_", "short"), [(143, "TERM", "signal TERM"), (129, "HUP", "signal HUP"),
-                                                         (0, None, "exit status 0"), (3, None, "exit status 3")])
+SHUTDOWN_ENDS = [(143, "TERM", "signal TERM"), (129, "HUP", "signal HUP"), (0, None, "exit status 0"), (3, None, "exit status 3")]
+
+
+@pytest.mark.parametrize(("status", "signal_", "short"), SHUTDOWN_ENDS)
 def test_a_shutdown_stops_the_job_whatever_its_status(tmp_path: Path, status: int, signal_: str | None, short: str) -> None:
     """systemd-shutdown's SIGTERM (or the SIGHUP the pane's end forwards), or a job that saved and exited on it."""
     result = classify(status, log_file(tmp_path, traceback("RuntimeError: interrupted")), shutdown=SHUTDOWN, oom_kills_during=1)
