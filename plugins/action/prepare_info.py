@@ -8,11 +8,15 @@ source is found like ``ansible.builtin.copy`` finds it (the play's ``files/`` fo
 and its SHA-1 checksum computed, the one ``copy`` compares. A source that cannot be found gets no checksum:
 the module then reports the file as one to copy, and ``copy`` reports why it cannot.
 
+The boot unit's checksum is that of the collection's own file (``roles/boot_recorder/files/trainops-boot.service``,
+which the role ``trainops.pct_launch.boot_recorder`` installs), found beside this plugin.
+
 The module then runs as ansible.builtin's ``normal`` action runs one (one ``pct exec`` when pipelined).
 """
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 from ansible.errors import AnsibleError
@@ -22,6 +26,9 @@ from ansible.utils.hashing import checksum
 from ansible.utils.vars import merge_hash
 
 MODULE_NAME = "trainops.pct_launch.prepare_info"
+# the collection's root is two folders above plugins/action/
+BOOT_UNIT_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                              "roles", "boot_recorder", "files", "trainops-boot.service")
 
 
 class ActionModule(ActionBase):
@@ -54,6 +61,7 @@ class ActionModule(ActionBase):
             except (AnsibleError, OSError):
                 args["venv_requirements_text"] = "-r cannot-read-on-the-controller"  # not judged: the venv role says why
         args["files"] = [self._with_checksum(item) for item in args.get("files") or []]
+        args["boot_unit_checksum"] = checksum(BOOT_UNIT_FILE) if os.path.isfile(BOOT_UNIT_FILE) else None
         return args
 
     def _with_checksum(self, item: t.Any) -> t.Any:

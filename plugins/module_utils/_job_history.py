@@ -3,9 +3,11 @@
 """The history of the launches of a target: one JSON object per line, two lines per launch (docs/job-life.md).
 
 The job's supervisor (in the target, without the collection) calls ``append`` when a launch's first
-attempt starts (``{"event": "start", ...}``) and when it ends (``{"event": "end", ...}``);
-``tmux_session_info`` reads the file with ``read``, which merges each launch's two lines into one
-entry. It therefore imports nothing of the collection but ``_job_layout``, and works with the
+attempt starts (``{"event": "start", ...}``) and when it ends (``{"event": "end", ...}``); the boot recorder
+(``_job_boot``) writes the end of a job its container's stop cut off (``end_state: lost``), or, when it starts
+the job again (``restart_on_boot``), ``{"event": "boot_restart", ...}`` with its ``reason``, ``attempts`` and
+``boot_restarts`` (how many times so far). ``tmux_session_info`` reads the file with ``read``, which merges each
+launch's lines into one entry (a later line's values win). It therefore imports nothing of the collection but ``_job_layout``, and works with the
 target's Python 3.7 or later.
 
 ``append`` writes each line whole, under ``flock`` on the file, and never raises: a full disk, a
@@ -32,8 +34,9 @@ KEEP_LAUNCHES = 1000
 LOCK_TIMEOUT = 10.0
 FOLDER_MODE = 0o755
 FILE_MODE = 0o644
-ENTRY_KEYS = ("session_name", "host", "started_at", "ended_at", "end_state", "exit_status", "cause", "reason", "attempts", "log_path")
-_INT_KEYS = ("exit_status", "attempts")
+ENTRY_KEYS = ("session_name", "host", "started_at", "ended_at", "end_state", "exit_status", "cause", "reason", "attempts", "log_path",
+              "boot_restarts")
+_INT_KEYS = ("exit_status", "attempts", "boot_restarts")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
@@ -280,7 +283,9 @@ def as_text(value: t.Any) -> str | None:
 
 
 def _fold(entry: dict[str, t.Any], record: t.Mapping[str, t.Any]) -> None:
-    """The values of one line into its launch's entry (the end line's win)."""
+    """The values of one line into its launch's entry (the end line's win; a start at boot opens an ended launch again)."""
+    if record.get("event") == "boot_restart":
+        entry.update(ended=False, ended_at=None, end_state=None, exit_status=None, cause=None)
     for key in ENTRY_KEYS[1:]:
         value = as_int(record.get(key)) if key in _INT_KEYS else as_text(record.get(key))
         if value is not None:

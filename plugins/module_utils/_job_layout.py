@@ -35,6 +35,19 @@ Name                                   What it is
 ``@trainops_log``                       tmux option: the log's path (a session with it is managed)
 ``@trainops_command``                   tmux option: the command as the log header shows it
 ``@trainops_proven``                    tmux option: the time wait_for_log proved the start
+``@trainops_log_from``                  tmux option: where a wait for the start reads the log from (a start at
+                                       boot: the lines of the attempts before it prove nothing)
+``LIVE_DIR``                            ``/var/lib/trainops/jobs`` (root, 0700): what a boot needs of each job
+                                       of root's that runs (``_job_live``), kept across restarts
+``LIVE_DIR/NAME.json``                  the live record of session NAME (0600, no secret values)
+``LIVE_DIR/NAME.notify``                its ``notify_url``, only with ``notify_url_keep`` (0600)
+``BOOT_DIR``                            ``/var/lib/trainops/boot`` (0700): the boot recorder, staged by each
+                                       launch as root (``_boot_stage``)
+``BOOT_DIR/boot.py``                    its entry point (``_boot_entry.py``), beside ``BOOT_DIR/lib``
+``BOOT_DIR/python``                     a symbolic link to the Python of the last launch
+``SYSTEMD_UNIT_DIR/BOOT_UNIT``          ``/etc/systemd/system/trainops-boot.service``, which runs
+                                       ``BOOT_DIR/python -I BOOT_DIR/boot.py`` at boot (role
+                                       ``trainops.pct_launch.boot_recorder``; its file says the same paths)
 =====================================  ====================================================================
 
 A session started by an earlier release runs ``RUN_DIR/parent.py`` (``EARLIER_SUPERVISOR_FILES``). Nothing finds
@@ -78,6 +91,17 @@ OPT_STARTED_AT = "@trainops_started_at"
 OPT_LOG = "@trainops_log"
 OPT_COMMAND = "@trainops_command"
 OPT_PROVEN = "@trainops_proven"
+OPT_LOG_FROM = "@trainops_log_from"
+
+LIVE_DIR = "/var/lib/trainops/jobs"
+LIVE_SUFFIX = ".json"
+KEPT_URL_SUFFIX = ".notify"
+BOOT_DIR = "/var/lib/trainops/boot"
+BOOT_ENTRY = "boot.py"
+BOOT_PYTHON = "python"
+SYSTEMD_UNIT_DIR = "/etc/systemd/system"
+BOOT_UNIT = "trainops-boot.service"
+BOOT_UNIT_WANTS = "multi-user.target.wants"  # in SYSTEMD_UNIT_DIR: the unit's WantedBy=, as systemctl enable links it
 
 
 def run_root() -> str:

@@ -31,7 +31,8 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import NOTIFY_LOG
 
-STATES = ("started", "proven", "restarted", "stalled", "timeout", "finished", "failed")
+# lost: sent by the boot recorder (_job_boot) for a job its container's stop cut off
+STATES = ("started", "proven", "restarted", "stalled", "timeout", "finished", "failed", "lost")
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 USER_AGENT = "trainops.pct_launch-notify"
 COMMAND_TIMEOUT = 30.0  # s, then the command's process group is killed
@@ -316,6 +317,10 @@ class Notifier:
             ours = self._procs.pop(proc, None) is not None  # else close() killed it and wrote its line
         if cause and ours:
             self._log("notify_command", name, cause)
+
+    def note(self, kind: str, name: str, cause: str) -> None:
+        """One line ``TIME KIND EVENT failed: CAUSE`` in notify.log (for an event that could not be sent at all)."""
+        self._log(kind, name, cause)
 
     def _output(self) -> t.Any:
         """notify.log opened for appending, or DEVNULL once it is past LOG_LIMIT (or cannot be opened)."""

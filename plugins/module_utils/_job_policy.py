@@ -34,6 +34,8 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "notify_url": {"type": "str", "no_log": True},
     "notify_states": {"type": "list", "elements": "str", "choices": list(STATES), "default": list(STATES)},
     "notify_lines": {"type": "int", "default": 10},
+    "notify_url_keep": {"type": "bool", "default": False},
+    "restart_on_boot": {"type": "bool", "default": False},
 }
 # option: (lowest, highest, what it counts)
 _RANGES = {
@@ -61,6 +63,11 @@ def _range_errors(settings: t.Mapping[str, t.Any]) -> list[str]:
     for code in settings["no_restart_exit_codes"]:
         if not 0 <= code <= 255:
             errors.append(f"Invalid no_restart_exit_codes {code}: exit statuses are 0 to 255")
+    if settings["restart_on_boot"] and settings["restart_limit"] == 0:
+        errors.append("Invalid restart_limit 0 with restart_on_boot: a start at the container's boot is a restart, counted "
+                      "against restart_limit; give restart_limit 1 or more, or drop restart_on_boot")
+    if settings["notify_url_keep"] and settings["notify_url"] is None:
+        errors.append("Invalid notify_url_keep without notify_url: it keeps the notify_url for the lost event; give notify_url")
     if settings["time_limit"] and settings["time_limit_grace"] >= settings["time_limit"]:
         errors.append(f"Invalid time_limit_grace {_num(settings['time_limit_grace'])}: the signal is sent that many seconds before "
                       f"the time_limit {_num(settings['time_limit'])}, so it must be less than time_limit")

@@ -66,10 +66,13 @@ def one_line(text: str, limit: int = 300) -> str:
     return " ".join(flat.split())[:limit]
 
 
-def exit_record_text(name: str, status: int, started_at: str, ended_at: str, stop_signal: str | None = None,
+def exit_record_text(name: str, status: int | None, started_at: str, ended_at: str, stop_signal: str | None = None,
                      end: t.Mapping[str, t.Any] | None = None) -> str:
-    """The ``key=value`` lines of an exit record; ``end`` adds the keys of ``RECORD_KEYS`` it has."""
-    lines = [f"session_name={name}", f"exit_status={status}", f"started_at={started_at}", f"ended_at={ended_at}"]
+    """The ``key=value`` lines of an exit record; ``end`` adds the keys of ``RECORD_KEYS`` it has.
+
+    ``status`` None (a job lost with its container: nobody saw its end) writes an empty ``exit_status``."""
+    shown = "" if status is None else status
+    lines = [f"session_name={name}", f"exit_status={shown}", f"started_at={started_at}", f"ended_at={ended_at}"]
     for key in RECORD_KEYS:
         value = (end or {}).get(key)
         if value is not None and value != "":

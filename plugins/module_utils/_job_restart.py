@@ -16,6 +16,8 @@ DEFAULTS: dict[str, t.Any] = {
     "no_restart_exit_codes": [], "time_limit": 0, "time_limit_signal": "TERM", "time_limit_grace": 30,
     "stall_timeout": 0, "stall_pattern": None, "stall_action": "record",
     "notify_command": None, "notify_url": None, "notify_states": list(_job_notify.STATES), "notify_lines": 10,
+    # the container's next boot (_job_boot): start a job it cut off again; keep notify_url for its lost event
+    "restart_on_boot": False, "notify_url_keep": False,
 }
 
 

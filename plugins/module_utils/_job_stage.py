@@ -9,6 +9,8 @@ target cannot shadow it), and are imported from there by their usual names. The 
 module's own zip (AnsiballZ) or files, so the job runs the code of the collection that launched it.
 A file already there with the same text (a regular file of ours, mode 0600) is left as it is: its mtime stays,
 so the compiled code Python keeps beside it (``__pycache__``) is used again by the next start's supervisor.
+
+The boot recorder is staged the same way into ``BOOT_DIR`` (``_boot_stage``): another entry point and more modules.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils import (
     _job_end,
     _job_history,
     _job_layout,
+    _job_live,
     _job_memory,
     _job_notify,
     _job_process,
@@ -36,7 +39,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process i
 
 # every module the supervisor imports, and those they import (a unit test imports them from the staged copy alone)
 PROGRAM: tuple[types.ModuleType, ...] = (_job_supervise, _job_restart, _job_watch, _job_end, _job_memory, _job_shutdown, _job_notify,
-                                         _job_history, _job_process, _job_layout)
+                                         _job_history, _job_live, _job_process, _job_layout)
 PACKAGE = ("ansible_collections", "trainops", "pct_launch", "plugins", "module_utils")
 
 
@@ -51,14 +54,20 @@ def source_of(module: types.ModuleType) -> str:
     return source.decode("utf-8") if isinstance(source, bytes) else source
 
 
-def program_files(run_dir: str) -> t.Iterator[tuple[str, str]]:
-    """(path, text) of every file of the staged program."""
-    yield os.path.join(run_dir, SUPERVISOR_FILE), source_of(_supervisor_entry)
+Entry = t.Tuple[str, types.ModuleType]
+
+
+def program_files(run_dir: str, entry: Entry | None = None,
+                  modules: t.Sequence[types.ModuleType] | None = None) -> t.Iterator[tuple[str, str]]:
+    """(path, text) of every file of the staged program: by default the supervisor (``SUPERVISOR_FILE`` and
+    ``PROGRAM``); ``entry`` (its file name and module) and ``modules`` stage another one."""
+    name, main = entry or (SUPERVISOR_FILE, _supervisor_entry)
+    yield os.path.join(run_dir, name), source_of(main)
     folder = os.path.join(run_dir, LIB_DIR)
     for part in PACKAGE:
         folder = os.path.join(folder, part)
         yield os.path.join(folder, "__init__.py"), ""
-    for module in PROGRAM:
+    for module in PROGRAM if modules is None else modules:
         yield os.path.join(folder, module.__name__.rpartition(".")[2] + ".py"), source_of(module)
 
 
@@ -74,9 +83,9 @@ def unchanged(path: str, text: str) -> bool:
         return False
 
 
-def stage(run_dir: str) -> str | None:
+def stage(run_dir: str, entry: Entry | None = None, modules: t.Sequence[types.ModuleType] | None = None) -> str | None:
     """Write the program into ``run_dir`` (mode 0600, folders 0700) where it differs; the first file that could not be written, or None."""
-    for path, text in program_files(run_dir):
+    for path, text in program_files(run_dir, entry, modules):
         folder = os.path.dirname(path)
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)

@@ -7,7 +7,10 @@ and ``_job_process`` what it does to the job's process. ``run(run_dir)`` starts 
 watches it every ``TICK`` seconds (``_job_watch.Watch``), restarts it as ``supervise`` in job.json says, keeps
 ``RUN_DIR/state.json`` current, sends the notifications (``_job_notify``), and at the end classifies it
 (``_job_end``), writes the trailer and the exit record, and leaves the launch in the history
-(``_job_history``). It imports only the files staged next to it, and runs with Python 3.7 or later.
+(``_job_history``). Where the launch kept a live record for the container's next boot (``job.json``'s ``live``,
+``_job_live``), it notes each state change there and removes it once the end is recorded; a start at boot
+(``job.json``'s ``resume``, ``_job_resume``) goes on with the launch's next attempt. It imports only the files
+staged next to it, and runs with Python 3.7 or later.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 import time
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_memory, _job_notify, _job_shutdown
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_live, _job_memory, _job_notify, _job_shutdown
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process as process
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import PGID_FILE, PROVEN_FILE, STATE_FILE, attempt_error_file
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import DEFAULTS, policy_of, restart_delay, wants_restart
@@ -45,6 +48,11 @@ class Supervisor:
         self.written = 0.0
         self.memory: dict[str, int] = {}  # the memory counters when the attempt started (_job_memory)
         self.attempt_start = time.monotonic()
+        # a start at the container's boot (_job_resume): the next attempt of the same launch, the time_limit partly used
+        self.live, self.resume = job.get("live"), dict(job.get("resume") or {})
+        if self.resume:
+            self.state["attempt"] = self.state["restarts"] = max(0, int(self.resume.get("attempt") or 1) - 1)
+            self.first_start -= float(self.resume.get("elapsed") or 0)
         self.proven_sent = False
         self.children: list[int] = []
         self.received: list[int] = []
@@ -56,6 +64,8 @@ class Supervisor:
             values.setdefault("reason", self.stall_reason() if state == "stalled" else None)
         self.state.update(values, state=state, since=process.now(), stalled=state == "stalled")
         self.write_state()
+        if self.live and state != "ended":  # what the container's next boot reads (_job_live)
+            _job_live.note(self.live, self.job.get("started_at"), state=state, since=self.state["since"], attempt=self.state["attempt"])
         if event:
             self.notify(event)
 
@@ -145,7 +155,8 @@ class Supervisor:
     def run(self, env: t.Mapping[str, str]) -> int:
         """Every attempt, then the end; the last attempt's status."""
         history = str(self.job.get("history_path") or _job_history.history_path())
-        _job_history.append(history, {"event": "start", **self._launch()})
+        if not self.resume:  # a start at boot continues its launch: the boot recorder noted it (boot_restart)
+            _job_history.append(history, {"event": "start", **self._launch()})
         status, flags, grown = self.attempt(env)
         while wants_restart(self.policy, status, flags, self.state["restarts"]) and self.pause(restart_delay(self.policy, self.state["restarts"] + 1)):
             status, flags, grown = self.attempt(env)
@@ -181,6 +192,8 @@ class Supervisor:
         _job_history.append(history, {"event": "end", **self._launch(), "ended_at": ended, "end_state": end["end_state"],
                                       "exit_status": status, "cause": end.get("cause"), "reason": end.get("reason"),
                                       "attempts": self.state["attempt"]})
+        _job_live.ended(self.live, self.job.get("started_at"), self.state["attempt"],  # the next boot: nothing to do, or a restart
+                        again=end.get("cause") == "shutdown" and bool(self.policy.get("restart_on_boot")))
         self.notify("finished" if end["end_state"] == "finished" else "failed", end)
         self.notifier.close(SHUTDOWN_NOTIFY_WAIT if end.get("cause") == "shutdown" else _job_notify.CLOSE_WAIT)
 

@@ -18,7 +18,9 @@ at most ``NEW_LINES_BYTES``, protocol lines left out; ``lines_omitted`` counts t
 ``LINES_FLUSH`` seconds at most while output flows).
 
 Recording a proof sets ``@trainops_proven`` on the session and writes ``RUN_DIR/proven`` (the time), which
-the job's supervisor turns into its ``proven`` notification (docs/job-life.md).
+the job's supervisor turns into its ``proven`` notification (docs/job-life.md). A session the container's boot
+started again (``restart_on_boot``) has ``@trainops_log_from``, the log's size before that start: a chunk from offset 0
+reads from there, so that only the new attempt's lines prove its start.
 
 A container that shuts down ends the wait too (``shutdown`` in the facts: the evidence, ``_job_shutdown``): the chunk
 survives the SIGTERM of the shutdown (``TermDuringShutdown``), waits up to ``SHUTDOWN_GRACE`` seconds for the job's
@@ -33,7 +35,8 @@ import re
 import time
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, OPT_LOG, OPT_PROVEN, PROVEN_FILE, run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, OPT_LOG, OPT_LOG_FROM, OPT_PROVEN, PROVEN_FILE
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import PROTOCOL, now, read_exit_record, write_whole
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_shutdown import TermDuringShutdown, shutting_down
 from ansible_collections.trainops.pct_launch.plugins.module_utils._proc_tree import pid_alive, show, tree
@@ -52,17 +55,18 @@ LINES_FLUSH = 2.0
 SHUTDOWN_GRACE = 2.0
 
 
-def find_pane(tmux: Tmux, session: str) -> tuple[str, int | None, str]:
-    """(alive | ended | absent | tmux_missing, pane_pid of a live pane, @trainops_log)."""
+def find_pane(tmux: Tmux, session: str) -> tuple[str, int | None, str, int]:
+    """(alive | ended | absent | tmux_missing, pane_pid of a live pane, @trainops_log, @trainops_log_from or 0)."""
     if not tmux.installed:
-        return "tmux_missing", None, ""
-    out = tmux.display(session, _SEP.join(("#{pane_pid}", "#{pane_dead}", f"#{{{OPT_LOG}}}")))
-    fields = (out or "").split(_SEP, 2)  # the log path, last, may hold the separator
-    if len(fields) != 3 or not fields[0].isdigit():
-        return "absent", None, ""
+        return "tmux_missing", None, "", 0
+    out = tmux.display(session, _SEP.join(("#{pane_pid}", "#{pane_dead}", f"#{{{OPT_LOG_FROM}}}", f"#{{{OPT_LOG}}}")))
+    fields = (out or "").split(_SEP, 3)  # the log path, last, may hold the separator
+    if len(fields) != 4 or not fields[0].isdigit():
+        return "absent", None, "", 0
+    log_from = int(fields[2]) if fields[2].isdigit() else 0
     if fields[1] == "1":
-        return "ended", None, fields[2]
-    return "alive", int(fields[0]), fields[2]
+        return "ended", None, fields[3], log_from
+    return "alive", int(fields[0]), fields[3], log_from
 
 
 def read_new(path: str, offset: int) -> tuple[list[bytes], int, int | None, bool]:
@@ -187,9 +191,9 @@ class _Watch:
         self.tmux = Tmux()
         self.session = params.get("session_name") or ""
         self.run_dir = os.path.join(run_root(), self.session) if self.session else None
-        self.state, self.pid, opt_log = ("none", None, "")
+        self.state, self.pid, opt_log, self.log_from = ("none", None, "", 0)
         if self.session:
-            self.state, self.pid, opt_log = find_pane(self.tmux, self.session)
+            self.state, self.pid, opt_log, self.log_from = find_pane(self.tmux, self.session)
         self.log = params.get("log_path") or opt_log or (read_text(os.path.join(self.run_dir, LOG_PATH_FILE)) if self.run_dir else "") or ""
         # wait_until finished: the line that proved the start in this chunk, and whether the proof was recorded
         self.proof: bytes | None = None
@@ -237,6 +241,8 @@ def _loop(watch: _Watch, started: float, shown: NewLines | None) -> tuple[str, b
     pattern = re.compile(params["pattern"]) if params.get("pattern") is not None else None
     fail = re.compile(params["fail_pattern"]) if params.get("fail_pattern") is not None else None
     offset, deadline = int(params["offset"]), started + float(params["duration"])
+    if offset == 0 and watch.state == "alive":  # a start at boot: the lines of the attempts before it prove nothing
+        offset = watch.log_from
     gap = min(FIRST_LOOK, float(params["sleep"]))
     while True:
         record = watch.exit_record()

@@ -218,11 +218,20 @@ def _shutdown_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.An
     return f"{head} in {subject(params)}: {how}{before}{_tail(result)}; launch the job again once the container runs"
 
 
+def _lost_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any], head: str) -> str:
+    """The boot recorder's exit record: the job was lost with its container (``end_state: lost``)."""
+    why = result.get("end_reason") or "lost: the container restarted"
+    return (f"{head} in {subject(params)}: {why}{_tail(result)}; launch the job again (with restart_on_boot, the "
+            "container's boot starts such a job again)")
+
+
 def _died_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) -> str:
     what, when = subject(params), f"after {result['elapsed']:.1f} s"
     state = result["session_state"]
     if result.get("shutdown"):
         return _shutdown_message(result, params, "Job did not start")
+    if result.get("end_state") == "lost":
+        return _lost_message(result, params, "Job did not start")
     if result["tmux_missing"] and state != "finished":
         return f"Cannot watch {what}: tmux is not installed there; install it (role trainops.pct_launch.tmux) and launch the job"
     if state == "finished":
@@ -232,7 +241,8 @@ def _died_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) 
         return f"Job did not start in {what}: {how} {when}, before {_expected(params)}{_tail(result)}; fix the job and launch it again"
     if state == "vanished":
         return (f"Job did not start in {what}: the session is gone without an exit status {when} (tmux killed, SIGKILL, "
-                f"or the container restarted), before {_expected(params)}{_tail(result)}; launch the job again")
+                "or the container restarted without the boot unit of role trainops.pct_launch.boot_recorder), "
+                f"before {_expected(params)}{_tail(result)}; launch the job again")
     return (f"Cannot find {what}: no tmux session of that name is running and {_log_state(result)}; "
             "check session_name and log_path, and that the job was launched")
 
@@ -295,6 +305,8 @@ def _failed_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]
     state = result["session_state"]
     if result.get("shutdown"):
         return _shutdown_message(result, params, "Job failed")
+    if result.get("end_state") == "lost":
+        return _lost_message(result, params, "Job failed")
     if state == "finished":
         how = f"exit status {result['exit_status']}" if result["exit_status"] is not None else "the job ended without an exit status"
         fix = "launch it again" if result.get("stopped_by") else "fix the job and launch it again"
@@ -303,7 +315,8 @@ def _failed_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]
         return f"Cannot watch {what}: tmux is not installed there; install it (role trainops.pct_launch.tmux) and launch the job"
     if state == "vanished":
         return (f"Job failed in {what}: the session is gone without an exit status {when} (tmux killed, SIGKILL, "
-                f"or the container restarted){_tail(result)}; launch the job again")
+                "or the container restarted without the boot unit of role trainops.pct_launch.boot_recorder)"
+                f"{_tail(result)}; launch the job again")
     return (f"Cannot find {what}: no tmux session of that name is running and {_log_state(result)}; "
             "check session_name and log_path, and that the job was launched")
 

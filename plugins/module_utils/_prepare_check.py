@@ -6,7 +6,10 @@
 prepared container costs one ``pct exec`` for the whole prepare step. Each check answers ``ok`` only when it
 is sure, from the state itself (the installed tmux, the venv's installed distributions, the files' SHA-1
 checksums): anything it cannot judge (a requirement with a marker, a URL or a pre-release, an option line
-of a requirements file) is not ok, and the role that knows runs, as it always did.
+of a requirements file) is not ok, and the role that knows runs, as it always did. The boot unit
+(``boot_unit_state``) is ok when ``/etc/systemd/system/trainops-boot.service`` has the checksum of the
+collection's file (the action plugin sends it) and is enabled; where systemd is not the init, nothing is
+installed and the result says that such a container is not covered.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ import shutil
 import subprocess
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import BOOT_UNIT, BOOT_UNIT_WANTS, SYSTEMD_UNIT_DIR
+
+SYSTEMD_RUNNING = "/run/systemd/system"  # sd_booted(): systemd is the init of this system
+NOT_COVERED = ("the init of this container is not systemd (PID 1 is {init}): a job running when the container goes away is not "
+               "recorded at its next boot (docs/job-life.md, \"A container that goes away\"); boot_unit: false (job_boot_unit) "
+               "leaves this unchecked")
 _REQUIREMENT = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)")
 _SPECIFIER = re.compile(r"(==|>=|<=|!=|~=|>|<)\s*([0-9]+(?:\.[0-9]+)*)(\.\*)?")
 _RELEASE = re.compile(r"[0-9]+(?:\.[0-9]+)*")
@@ -33,6 +42,8 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = dict(
     venv_site_packages=dict(type="bool", default=False),
     workdir=dict(type="str"),
     files=dict(type="list", elements="dict", default=[]),
+    boot_unit=dict(type="bool", default=True),
+    boot_unit_checksum=dict(type="str"),
 )
 
 
@@ -164,6 +175,31 @@ def file_differs(dest: str, checksum: str | None, mode: str | None) -> bool:
     return mode is not None and (os.stat(dest).st_mode & 0o7777) != int(str(mode), 8)
 
 
+def boot_unit_state(checksum: str | None, unit_dir: str = SYSTEMD_UNIT_DIR, systemd: str = SYSTEMD_RUNNING,
+                    proc_root: str = "/proc") -> dict[str, t.Any]:
+    """Whether the boot unit (role ``trainops.pct_launch.boot_recorder``) is installed with the SHA-1 ``checksum`` of the
+    collection's file and enabled; where systemd is not the init there is nothing to install (``covered`` false)."""
+    if not os.path.isdir(systemd):
+        init = (read_small(os.path.join(proc_root, "1", "comm")) or "unknown").strip()
+        return {"ok": True, "covered": False, "reason": "", "warning": NOT_COVERED.format(init=init)}
+    unit = os.path.join(unit_dir, BOOT_UNIT)
+    if file_differs(unit, checksum, "0644"):
+        return {"ok": False, "covered": True, "reason": f"the boot unit {unit} is missing or differs"}
+    link = os.path.join(unit_dir, BOOT_UNIT_WANTS, BOOT_UNIT)
+    if not os.path.islink(link) or os.readlink(link) != unit:
+        return {"ok": False, "covered": True, "reason": f"the boot unit {BOOT_UNIT} is not enabled ({link})"}
+    return {"ok": True, "covered": True, "reason": ""}
+
+
+def read_small(path: str) -> str | None:
+    """A small file's text, or None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(4096)
+    except OSError:
+        return None
+
+
 def report(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
     """What the host lacks for the job of ``params`` (the module's validated options): the module's result."""
     ok = {"ok": True, "reason": ""}
@@ -175,6 +211,7 @@ def report(params: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         "files_to_copy": [str(item.get("dest")) for item in params["files"]
                           if file_differs(str(item.get("dest")), item.get("checksum"), str(item.get("mode") or "0644"))],
     }
-    needs = [result[key]["reason"] for key in ("tmux", "venv", "workdir") if not result[key]["ok"]]
+    result["boot_unit"] = boot_unit_state(params.get("boot_unit_checksum")) if params.get("boot_unit", True) else ok
+    needs = [result[key]["reason"] for key in ("tmux", "venv", "workdir", "boot_unit") if not result[key]["ok"]]
     needs += [f"copy {dest}" for dest in result["files_to_copy"]]
     return dict(changed=False, prepared=not needs, needs=needs, **result)

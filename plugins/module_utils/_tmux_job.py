@@ -18,6 +18,7 @@ import sys
 import time
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._boot_stage import discard, keep
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import environment
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log import LogError, chown_to, header, prepare, remove_file
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_gpus import choose_gpus, gpu_lock, running_gpus
@@ -82,7 +83,8 @@ def plan(spec: LaunchSpec, before: Before) -> str:
     return "start"
 
 
-def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping[str, t.Any]]) -> None:
+def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping[str, t.Any]]) -> str | None:
+    """``RUN_DIR``'s files of a start, and the live record for the next boot (``_boot_stage.keep``): its path, or None."""
     run_dir = spec.run_dir
     for leftover in LEFTOVERS + EARLIER_SUPERVISOR_FILES:  # parent.py: the supervisor of an earlier release
         remove_file(os.path.join(run_dir, leftover))
@@ -92,15 +94,20 @@ def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping
     failed = stage(run_dir)
     if failed is not None:
         raise JobError("start_failed", f"cannot write {failed}")
-    files = [(JOB_FILE, json.dumps(job, ensure_ascii=False)),
-             (SPEC_FILE, json.dumps(spec_summary(spec), sort_keys=True, ensure_ascii=True)), (LOG_PATH_FILE, spec.log_path or "")]
+    summary = json.dumps(spec_summary(spec), sort_keys=True, ensure_ascii=True)
     env = dict(spec.env, **(environment(chosen) if chosen else {}))
+    job["live"], failed = keep(spec, job, env, summary)  # for the container's next boot (_boot_stage)
+    if failed is not None and (job["supervise"].get("restart_on_boot") or job["supervise"].get("notify_url_keep")):
+        raise JobError("start_failed", f"{failed}, which restart_on_boot and notify_url_keep need")
+    files = [(JOB_FILE, json.dumps(job, ensure_ascii=False)), (SPEC_FILE, summary), (LOG_PATH_FILE, spec.log_path or "")]
     if env:
         files.append((ENV_FILE, json.dumps(env, ensure_ascii=False)))
     for name, text in files:
         if not write_whole(os.path.join(run_dir, name), text, 0o600):
             remove_file(os.path.join(run_dir, ENV_FILE))
+            discard(job["live"])
             raise JobError("start_failed", f"cannot write {name} in {run_dir}")
+    return job["live"]
 
 
 def _new_session(spec: LaunchSpec, target: Target, started_at: str) -> str:
@@ -170,8 +177,12 @@ def _start(spec: LaunchSpec, target: Target, before: Before, chosen: list[dict[s
     except LogError as exc:
         raise JobError(exc.code, str(exc)) from None
     chown_to(log, target.ids)
-    _write_files(spec, started_at, chosen)
-    pane_pid = _new_session(spec, target, started_at)
+    live = _write_files(spec, started_at, chosen)
+    try:
+        pane_pid = _new_session(spec, target, started_at)
+    except JobError:
+        discard(live)  # nothing runs: nothing for the next boot to record
+        raise
     facts = {"result": "started", "rotated_log": rotated or "", "started_at": started_at, "pane_pid": pane_pid}
     facts.update(_wait_started(spec, target))
     return facts

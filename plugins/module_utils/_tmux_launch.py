@@ -159,6 +159,10 @@ def spec_from_params(params: t.Mapping[str, t.Any]) -> LaunchSpec:
         supervise = supervise_from_params(params) if starting else ()
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    if starting and params.get("env") and dict(supervise).get("restart_on_boot"):
+        raise SpecError(f"Invalid env ({', '.join(sorted(map(str, params['env'])))}) together with restart_on_boot: the values of env are "
+                        "secrets, deleted from the container before the job starts, so a start at the container's boot would not "
+                        "have them; give the values that are not secret in public_env, or drop restart_on_boot")
     env = _env(_joined_env(params))
     gpus = _gpus(params, env) if starting else None
     return LaunchSpec(

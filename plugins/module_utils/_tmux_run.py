@@ -16,7 +16,7 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_policy import ARGUMENT_SPEC as SUPERVISE_SPEC
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_target import JobError
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import run_root
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import RUN_ROOT, run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait import CHUNK_SECONDS, WAIT_SPEC, wait_option_errors
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import reportable
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_job import launch
@@ -51,8 +51,10 @@ INVALID_OPTION = "invalid_option"
 RULES: dict[str, t.Any] = dict(
     mutually_exclusive=[("command", "argv")],
     required_if=[("state", "started", ("command", "argv"), True), ("state", "restarted", ("command", "argv"), True),
-                 ("state", "started", ("log_path",)), ("state", "restarted", ("log_path",))],
+                 ("state", "started", ("log_path",)), ("state", "restarted", ("log_path",)), ("notify_url_keep", True, ("notify_url",))],
 )
+# The options only a launch by root keeps for the container's next boot (_boot_stage)
+BOOT_OPTIONS = ("restart_on_boot", "notify_url_keep")
 
 
 def run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str, t.Any]:
@@ -65,6 +67,12 @@ def run(params: t.Mapping[str, t.Any], check_mode: bool, diff: bool) -> dict[str
     except SpecError as exc:
         return {"failed": True, "msg": str(exc), "error": INVALID_OPTION}
     spec = spec._replace(run_root=run_root())
+    asked = [option for option in BOOT_OPTIONS if params.get(option) and params["state"] != "stopped"]
+    if asked and spec.run_root != RUN_ROOT:
+        return {"failed": True, "error": INVALID_OPTION,
+                "msg": f"Invalid {' and '.join(asked)}: the container's boot knows only the jobs of launches as root (the pct "
+                       "connection's), and this one runs as another user; launch as root (the job may run as another user: user), "
+                       "or drop it; nothing was started"}
     try:
         facts = launch(spec, check_mode=check_mode)
     except JobError as exc:

@@ -22,6 +22,11 @@ description:
     on the controller and its mode.
   - A requirement it cannot judge (an environment marker, a URL, a pre-release or local version, a pip option line)
     counts as not met, so the venv role runs and pip decides, as without this module.
+  - With O(boot_unit) it also checks the boot unit that records, at the container's next boot, a job its stop cut off
+    (role C(trainops.pct_launch.boot_recorder), C(docs/job-life.md)) - C(/etc/systemd/system/trainops-boot.service)
+    has the SHA-1 checksum of the collection's file and is enabled (its link in C(multi-user.target.wants)). Where
+    systemd is not the container's init (C(/run/systemd/system) is missing, as with OpenRC on Alpine), there is nothing
+    to install - RV(boot_unit.covered) is V(false) and the module warns that such a container is not covered.
   - It only reads.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
@@ -63,16 +68,27 @@ options:
     type: list
     elements: dict
     default: []
+  boot_unit:
+    description:
+      - Whether to check the boot unit (see above); V(false) leaves it unchecked, RV(boot_unit.ok) is then V(true).
+    type: bool
+    default: true
+  boot_unit_checksum:
+    description:
+      - The SHA-1 checksum of the collection's C(trainops-boot.service) (filled by the action from the collection's
+        C(roles/boot_recorder/files/)).
+    type: str
 attributes:
   action:
     details:
-      - The action reads O(venv_requirements_file) and computes the checksums of the sources of O(files) on the controller.
+      - The action reads O(venv_requirements_file) and computes the checksums of the sources of O(files) and of the
+        boot unit's file on the controller.
 seealso:
   - module: trainops.pct_launch.tmux_session
   - module: trainops.pct_launch.gpu_info
 notes:
-  - C(playbooks/prepare.yml) runs the roles C(trainops.pct_launch.tmux) and C(trainops.pct_launch.venv) only when this
-    module finds their work missing.
+  - C(playbooks/prepare.yml) runs the roles C(trainops.pct_launch.tmux), C(trainops.pct_launch.venv) and
+    C(trainops.pct_launch.boot_recorder) only when this module finds their work missing.
 """
 
 EXAMPLES = r"""
@@ -113,6 +129,21 @@ workdir:
   description: C(ok) (true without O(workdir)) and C(reason).
   returned: always
   type: dict
+boot_unit:
+  description:
+    - Whether the boot unit needs doing (true without O(boot_unit), or where systemd is not the init).
+  returned: always
+  type: dict
+  contains:
+    ok:
+      description: Whether nothing needs doing for the boot unit.
+      type: bool
+    covered:
+      description: Whether the container's init is systemd, so that the boot unit records its lost jobs (absent without O(boot_unit)).
+      type: bool
+    reason:
+      description: What needs doing, empty when RV(boot_unit.ok).
+      type: str
 files_to_copy:
   description: The C(dest) of each file of O(files) that must be copied (missing, another checksum or mode).
   returned: always
@@ -128,7 +159,11 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._prepare_check
 def main() -> None:
     """Check what the job needs on this host (it only reads)."""
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    module.exit_json(**report(module.params))
+    result = report(module.params)
+    warning = result["boot_unit"].pop("warning", None)
+    if warning:
+        module.warn(warning)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ description:
     The log's first line is a header written before the job starts
     (C(### trainops.pct_launch) followed by the session name, start time, host and command, never environment values);
     when the job ends, the supervisor appends a trailer line and writes C(LOG.exit) with the exit status.
+  - A launch as root also keeps, until the job's end is recorded, what the container's next boot needs to record the job
+    V(lost) when the container goes away while it runs (C(/var/lib/trainops/jobs/NAME.json), no secret values; the boot
+    unit of role C(trainops.pct_launch.boot_recorder) reads it, see O(restart_on_boot), O(notify_url_keep) and
+    C(docs/job-life.md)).
   - The job gets a clean environment (C(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), C(HOME), C(USER),
     C(LOGNAME), C(LANG=C.UTF-8)), then O(env), then O(venv). Nothing of the connection's or the tmux server's environment leaks in.
   - Idempotent. A session of that name running the same job spec (command or argv, O(chdir), O(env), O(venv), O(user),
@@ -227,16 +231,50 @@ options:
       - A webhook - the event (as for O(notify_command)) is sent to it with C(POST), C(Content-Type application/json), from
         the target, at each state change in O(notify_states); 10 s per try, one retry. An C(http://) or C(https://) URL.
       - Treated as a secret (webhook URLs hold tokens) - never shown, never written to the log or C(notify.log).
+      - While the job runs it is in the supervisor's C(RUN_DIR/job.json) (mode 0600, in C(/run), which a boot empties); it is
+        kept for the container's next boot only with O(notify_url_keep).
     type: str
+  notify_url_keep:
+    description:
+      - Keep O(notify_url) in a root-only file in the container (C(/var/lib/trainops/jobs/NAME.notify), mode 0600) from the
+        start until the job's end is recorded, so that the container's next boot sends the V(lost) event of a job its stop
+        cut off (C(pct stop), a crash of the node; the boot unit of role C(trainops.pct_launch.boot_recorder)), and a job
+        started again by O(restart_on_boot) notifies as before.
+      - Without it such a job is recorded V(lost) all the same, but nobody is called at O(notify_url) (O(notify_command),
+        which is no secret, is run); C(notify.log) says so.
+      - Needs O(notify_url), and a launch as root (the C(trainops.pct_launch.pct) connection's).
+    type: bool
+    default: false
+  restart_on_boot:
+    description:
+      - "Start the job again at the container's next boot when the container went away while it ran, as the next attempt
+        of the same launch - counted against O(restart_limit) (V(0) is refused), within what is left of O(time_limit),
+        marked in the log (C(### trainops.pct_launch: session=NAME attempt=N lost=container_restart ...), then the attempt's
+        own line) and in the history (RV(trainops.pct_launch.tmux_session_info#module:history[].boot_restarts)), with
+        C(TRAINOPS_ATTEMPT)."
+      - A kill (C(pct stop), a crash or power loss of the node, a kill after a shutdown's timeout) is recorded V(lost) and
+        started again. A clean shutdown (C(pct shutdown), C(pct reboot), C(vzdump) in stop mode) ends the job V(stopped)
+        (cause V(shutdown)), never restarted in the container that goes down, and started again at the next boot.
+      - Done by the boot unit of role C(trainops.pct_launch.boot_recorder) (C(playbooks/prepare.yml) installs it; systemd
+        containers only). M(trainops.pct_launch.wait_for_log) proves the start from the new attempt's lines (the session's
+        C(@trainops_log_from)).
+      - Not with values in O(env) - they are secrets, deleted from the container before the job starts, so a start at
+        boot would not have them; give the values that are not secret in O(public_env) (kept in a root-only file with the
+        job's record), or leave O(restart_on_boot) out.
+      - Needs a launch as root (the C(trainops.pct_launch.pct) connection's; the job may run as O(user)).
+      - A multi-node job (C(playbooks/launch.yml)'s C(job_multinode)) restarts on one container only; its other ranks are not.
+    type: bool
+    default: false
   notify_states:
     description:
       - The state changes notified. V(started) (the first attempt started), V(proven) (M(trainops.pct_launch.wait_for_log)
         proved the start), V(restarted), V(stalled), V(timeout) (the limit's signal was sent), V(finished) (exit status V(0)),
-        V(failed) (any other end).
+        V(failed) (any other end), V(lost) (sent at the container's next boot for a job its stop cut off, with its
+        C(end_state) V(lost), or null when O(restart_on_boot) started it again; see O(notify_url_keep)).
     type: list
     elements: str
-    choices: [started, proven, restarted, stalled, timeout, finished, failed]
-    default: [started, proven, restarted, stalled, timeout, finished, failed]
+    choices: [started, proven, restarted, stalled, timeout, finished, failed, lost]
+    default: [started, proven, restarted, stalled, timeout, finished, failed, lost]
   notify_lines:
     description:
       - How many last log lines an event carries, V(0) to V(200).
@@ -460,8 +498,9 @@ tmux_version:
 state:
   description:
     - State of the session after the task (predicted in check mode).
-    - V(running) (the job runs), V(finished) (it ended, C(LOG.exit) exists), V(vanished) (the log exists without
-      C(LOG.exit), for example after a container restart) or V(absent).
+    - V(running) (the job runs), V(finished) (it ended, C(LOG.exit) exists; after a restart of its container the boot unit
+      writes it for a job the restart cut off, C(end_state=lost)), V(vanished) (the log exists without C(LOG.exit), for
+      example after a container restart without the boot unit) or V(absent).
     - With O(wait), the state when the job was started; RV(wait) tells how the wait for it ended.
   returned: always
   type: str

@@ -115,6 +115,8 @@ sessions:
       description:
         - V(running) (the session and its pane are alive), V(finished) (C(LOG.exit) exists, or a dead pane with an exit status),
           V(vanished) (gone or dead without an exit status, the log exists) or V(absent) (nothing).
+        - A job its container's stop cut off is V(finished) with RV(sessions[].end_state) V(lost) once the container's next
+          boot recorded it (the boot unit), and is listed by its name again (its C(RUN_DIR) is made anew).
       type: str
       sample: running
     managed:
@@ -180,16 +182,20 @@ sessions:
       description:
         - How the job ended, from the exit record (docs/job-life.md), else null (while V(running), C(state.json)'s, null until
           the supervisor has classified the end).
-        - V(finished) (exit status 0), V(failed), V(timeout), V(stalled), V(oom_killed) or V(stopped) (by trainops,
-          or by a clean shutdown of the container, RV(sessions[].cause) V(shutdown)).
+        - V(finished) (exit status 0), V(failed), V(timeout), V(stalled), V(oom_killed), V(stopped) (by trainops,
+          or by a clean shutdown of the container, RV(sessions[].cause) V(shutdown)) or V(lost) (the job was running when
+          its container went away, C(pct stop) or a crash of the node; written at the container's next boot by the boot
+          unit of role C(trainops.pct_launch.boot_recorder), RV(sessions[].cause) V(container_restart), RV(sessions[].exit_status) null).
       type: str
       sample: failed
     cause:
       description:
         - What ended the job, from the exit record, else null.
         - V(exit_status), V(signal), V(oom_kill), V(cuda_oom), V(nccl), V(python_exception), V(torchelastic),
-          V(time_limit), V(stall), V(stop) or V(shutdown) (the container shut down cleanly with C(pct shutdown) or
-          C(pct reboot), its init stopped every process; a kill, C(pct stop), leaves no exit record, so the state is V(vanished)).
+          V(time_limit), V(stall), V(stop), V(shutdown) (the container shut down cleanly with C(pct shutdown) or
+          C(pct reboot), its init stopped every process) or V(container_restart) (a kill, C(pct stop), or a crash left no
+          exit record, so the boot unit wrote it at the container's next boot, RV(sessions[].reason) starting with
+          C(lost) and naming the restart; without the boot unit the state is V(vanished)).
       type: str
       sample: python_exception
     reason:
@@ -223,7 +229,8 @@ session:
 history:
   description:
     - The target's launches, oldest first, the last O(history_limit) ones (of O(session_name) only when it is set).
-    - One entry per launch, merged from the two lines the supervisor writes (its start and its end).
+    - One entry per launch, merged from the lines of its start, its end (the supervisor's, or the boot unit's for a job
+      its container's stop cut off) and each start at boot (O(trainops.pct_launch.tmux_session#module:restart_on_boot)).
   returned: when O(history=true)
   type: list
   elements: dict
@@ -244,8 +251,9 @@ history:
       type: str
     end_state:
       description:
-        - As RV(sessions[].end_state), or V(running) (no end yet, the last launch of its session), or
-          V(lost) (no end, and a later launch of the session started; the target restarted or the supervisor was killed).
+        - As RV(sessions[].end_state) (V(lost) with RV(history[].cause) V(container_restart) when the boot unit recorded the
+          end), or V(running) (no end yet, the last launch of its session), or V(lost) (no end, and a later launch of the
+          session started; the target restarted without the boot unit, or the supervisor was killed).
       type: str
       sample: finished
     exit_status:
@@ -259,6 +267,11 @@ history:
       type: str
     attempts:
       description: How many attempts the launch made, null when unknown.
+      type: int
+    boot_restarts:
+      description:
+        - How many times the container's boot started the launch again (O(trainops.pct_launch.tmux_session#module:restart_on_boot));
+          V(0) or null when never. RV(history[].reason) then says why, until the launch's end says how it ended.
       type: int
     log_path:
       description: The launch's log on the target.

@@ -32,6 +32,10 @@ description:
     seconds with V(died) (V(failed) with O(wait_until=finished)) and RV(shutdown), naming the shutdown. The module's chunk
     survives the SIGTERM the container's init sends every process, waits up to 2 seconds for the job's exit record, and answers.
     A container that is stopped (C(pct stop), a kill) ends the wait with the message that the container is not running any more.
+  - "After the container's next boot, the boot unit of role C(trainops.pct_launch.boot_recorder) has recorded such a job:
+    a wait for it ends at once with V(died) (V(failed)), RV(end_state) V(lost) and a message with the exit record's reason,
+    C(lost: the container restarted at T; ...). A job the boot started again (O(trainops.pct_launch.tmux_session#module:restart_on_boot))
+    runs in a session of that name: a wait from O(offset=0) reads from where the new attempt starts, so only its lines prove the start."
   - O(pattern) and O(fail_pattern) are Python regular expressions (module C(re)), checked on the controller before anything runs on the target.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
@@ -88,6 +92,8 @@ options:
   offset:
     description:
       - Byte offset in the log where reading starts; lines before it are not matched.
+      - V(0) on a session the container's boot started again (O(trainops.pct_launch.tmux_session#module:restart_on_boot)) starts
+        where that attempt's lines start (the session's C(@trainops_log_from)).
       - The action plugin passes it from one chunk to the next; set it yourself only to skip older content of an appended log,
         or, with O(show_lines), to show only lines written after it (C(playbooks/logs.yml) passes the log's size that
         M(trainops.pct_launch.tmux_session_info) reported, so that the tail it showed is not shown again).
@@ -354,15 +360,15 @@ attempts:
 end_state:
   description:
     - How the job ended, from the exit record (C(end_state)), for example V(finished), V(failed), V(timeout), V(stalled),
-      V(oom_killed) or V(stopped); null when unknown.
+      V(oom_killed), V(stopped) or V(lost) (its container went away while it ran; recorded at the next boot); null when unknown.
   returned: always
   type: str
   sample: oom_killed
 cause:
   description:
     - What ended the job, from the exit record (C(cause)), for example V(exit_status), V(signal), V(oom_kill), V(cuda_oom),
-      V(nccl), V(python_exception), V(torchelastic), V(time_limit), V(stall), V(stop) or V(shutdown) (the container shut
-      down cleanly, RV(end_state) V(stopped)); null when unknown.
+      V(nccl), V(python_exception), V(torchelastic), V(time_limit), V(stall), V(stop), V(shutdown) (the container shut
+      down cleanly, RV(end_state) V(stopped)) or V(container_restart) (RV(end_state) V(lost)); null when unknown.
   returned: always
   type: str
   sample: python_exception

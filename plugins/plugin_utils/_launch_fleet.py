@@ -6,7 +6,8 @@
 Pure Python, no Ansible import: ``fleet`` reads, per host of the play (``ansible_play_hosts_all``, inventory order),
 the results launch.yml registers there (``job_launch``: tmux_session, ``job_wait``: the proof's handler,
 ``job_reproof``: the proof of a job found running, ``job_launch_failure``: ``ansible_failed_result`` of the launch's
-rescue, ``job_fleet_stop``: the stop of job_all_or_nothing) and says for each one its status and reason, which
+rescue, ``job_fleet_stop``: the stop of job_all_or_nothing; and preflight.yml's ``preflight_backup``, the backups that
+stop or suspend the container during the job, for the report) and says for each one its status and reason, which
 containers are at fault (the one that failed first in a fleet-wide wait comes first), whether job_all_or_nothing
 must undo the launch and where, what fails, the summary and the report. The filter ``trainops.pct_launch.launch_fleet``
 is its face in the playbooks.
@@ -182,7 +183,8 @@ def summary(hosts: t.Sequence[str], hostvars: t.Mapping[str, t.Mapping[str, t.An
 
 def report(hosts: t.Sequence[str], hostvars: t.Mapping[str, t.Mapping[str, t.Any]], launch: Launch,
            found: t.Mapping[str, t.Mapping[str, str]]) -> dict[str, str]:
-    """A line per container where the job runs: its pane_pid, log, the earlier log kept, GPUs, a multi-node job's rank."""
+    """A line per container where the job runs: its pane_pid, log, the earlier log kept, GPUs, a multi-node job's rank,
+    the backups that stop or suspend it during the job."""
     lines: dict[str, str] = {}
     for rank, host in enumerate(hosts):
         variables, outcome = hostvars[host], found[host]
@@ -200,8 +202,18 @@ def report(hosts: t.Sequence[str], hostvars: t.Mapping[str, t.Mapping[str, t.Any
             parts.append(f"(check mode: not checked before prepare.yml has run: {started.get('msg')})")
         if launch.multinode:
             parts.append(f"(NODE_RANK {rank} of {len(hosts)}, MASTER_ADDR {variables.get('job_fleet_master_addr') or ''}:{launch.master_port})")
+        windows = backup_windows(variables)
+        if windows:
+            parts.append(f"(backup ahead: {'; '.join(windows)})")
         lines[host] = " ".join(parts)
     return lines
+
+
+def backup_windows(variables: t.Mapping[str, t.Any]) -> list[str]:
+    """The short lines of the backups that stop or suspend the container during the job (preflight.yml's
+    ``preflight_backup``, backup_window_info's ``windows``)."""
+    windows = _result(variables.get("preflight_backup")).get("windows")
+    return [str(item.get("summary") or item.get("message")) for item in windows or [] if isinstance(item, t.Mapping)]
 
 
 def fleet(hosts: t.Sequence[str], hostvars: t.Mapping[str, t.Mapping[str, t.Any]], launch: Launch) -> dict[str, t.Any]:
@@ -222,4 +234,5 @@ def fleet(hosts: t.Sequence[str], hostvars: t.Mapping[str, t.Mapping[str, t.Any]
             "to_stop": to_stop(hosts, hostvars, launch, at_fault) if undo else [],
             "launch_failed": [host for host in hosts if _result(hostvars[host].get("job_launch")).get("failed")],
             "failures": failures, "summary": summary(hosts, hostvars, launch, found, at_fault),
-            "report": report(hosts, hostvars, launch, found)}
+            "report": report(hosts, hostvars, launch, found),
+            "backup_windows": {host: windows for host in hosts if (windows := backup_windows(hostvars[host]))}}

@@ -146,11 +146,11 @@ def test_module_defaults_reach_every_module_through_the_action_group(tmp_path: p
     """
     modules = sorted(name for doc_type, name in PLUGINS if doc_type == "module")
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text(encoding="utf-8"))
-    # the group is the session modules (session_name, log_path); gpu_info and prepare_info take neither, and a default
-    # a module does not take fails it, so they stay out
+    # the group is the session modules (session_name, log_path); backup_window_info, gpu_info and prepare_info take
+    # neither, and a default a module does not take fails it, so they stay out
     session_modules = [f"{COLLECTION}.{name}" for name in ("tmux_session", "tmux_session_info", "wait_for_log")]
     assert sorted(f"{COLLECTION}.{name}" for name in runtime["action_groups"]["pct_launch"]) == session_modules
-    assert sorted(set(modules) - set(session_modules)) == [f"{COLLECTION}.{name}" for name in ("gpu_info", "prepare_info")], modules
+    assert sorted(set(modules) - set(session_modules)) == [f"{COLLECTION}.{name}" for name in ("backup_window_info", "gpu_info", "prepare_info")], modules
     name = f"defaults-{os.getpid()}"
     tasks = [{"name": f"{COLLECTION}.{module}", f"{COLLECTION}.{module}": args, "register": module, "ignore_errors": True}
              for module, args in (("tmux_session_info", {}), ("tmux_session", {"state": "stopped"}), ("wait_for_log", {"timeout": 1}))]

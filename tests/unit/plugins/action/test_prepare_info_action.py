@@ -16,7 +16,10 @@ import pytest
 from ansible.errors import AnsibleError
 from ansible.utils.hashing import checksum
 
+from ansible_collections.trainops.pct_launch.plugins.action import prepare_info
 from ansible_collections.trainops.pct_launch.plugins.action.prepare_info import MODULE_NAME, ActionModule
+
+COLLECTION = Path(__file__).resolve().parents[4]
 
 
 class Recorder:
@@ -98,7 +101,14 @@ def test_a_requirements_file_that_cannot_be_read_is_not_judged(files: Path, monk
 def test_without_a_requirements_file_no_text_is_sent(files: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder({"changed": False})
     make_action({"tmux_min_version": "3.2"}, files, recorder, monkeypatch).run(task_vars={})
-    assert recorder.calls[0]["module_args"] == {"tmux_min_version": "3.2", "files": []}
+    args = recorder.calls[0]["module_args"]
+    assert args == {"tmux_min_version": "3.2", "files": [], "boot_unit_checksum": checksum(prepare_info.BOOT_UNIT_FILE)}
+
+
+def test_the_boot_units_checksum_is_that_of_the_roles_file() -> None:
+    # the module compares the installed unit with it: the file the role boot_recorder copies
+    assert Path(prepare_info.BOOT_UNIT_FILE).resolve() == COLLECTION / "roles" / "boot_recorder" / "files" / "trainops-boot.service"
+    assert Path(prepare_info.BOOT_UNIT_FILE).is_file()
 
 
 @pytest.mark.parametrize("native_async, wrapped", [(False, True), (True, False)])

@@ -114,7 +114,7 @@ def test_a_launch_is_one_entry_of_its_two_lines(history: Path) -> None:
     assert append(str(history), end("a", "S1", 3, cause="python_exception", reason="ValueError: x", attempts=2))
     assert read(str(history)) == [{"session_name": "a", "host": "ct200", "started_at": "S1", "ended_at": "S1+9", "end_state": "failed",
                                    "exit_status": 3, "cause": "python_exception", "reason": "ValueError: x", "attempts": 2,
-                                   "log_path": "/w/a.log"}]
+                                   "log_path": "/w/a.log", "boot_restarts": None}]
     assert len(lines_of(history)) == 2
 
 
@@ -381,3 +381,29 @@ def test_a_full_file_system_loses_the_line_not_the_file(small_fs: Path) -> None:
         assert written < 100, "a 16 KiB file system cannot take 100 of these"
     assert written > 0 and len(lines_of(path)) == written and path.read_bytes().endswith(b"\n"), "whole lines only"
     assert [entry["started_at"] for entry in read(str(path))] == [f"S{number}" for number in range(written)]
+
+
+def boot_restart(name: str, started: str, attempts: int, restarts: int, reason: str) -> dict[str, t.Any]:
+    """A line the boot recorder writes when ``restart_on_boot`` starts the launch again."""
+    return dict(start(name, started), event="boot_restart", time="T", attempts=attempts, boot_restarts=restarts, reason=reason)
+
+
+def test_a_start_at_boot_goes_on_with_its_launch_and_its_end_ends_it(history: Path) -> None:
+    assert append(str(history), start("a", "S1"))
+    assert append(str(history), boot_restart("a", "S1", 2, 1, "lost: the container restarted at B; ...; started again as attempt 2"))
+    (entry,) = read(str(history))
+    assert (entry["end_state"], entry["attempts"], entry["boot_restarts"], entry["reason"]) == (
+        "running", 2, 1, "lost: the container restarted at B; ...; started again as attempt 2")
+    assert append(str(history), end("a", "S1", 0, attempts=3))
+    (entry,) = read(str(history))
+    assert (entry["end_state"], entry["attempts"], entry["boot_restarts"], entry["reason"]) == ("finished", 3, 1, "exit status 0")
+
+
+def test_a_start_at_boot_opens_a_launch_a_clean_shutdown_ended(history: Path) -> None:
+    assert append(str(history), start("a", "S1"))
+    assert append(str(history), end("a", "S1", 143, end_state="stopped", cause="shutdown"))
+    assert append(str(history), boot_restart("a", "S1", 2, 1, "the container shut down at E; started again as attempt 2"))
+    (entry,) = read(str(history))
+    assert (entry["end_state"], entry["ended_at"], entry["exit_status"], entry["cause"]) == ("running", None, None, None)
+    assert append(str(history), start("a", "S2"))
+    assert [item["end_state"] for item in read(str(history))] == ["lost", "running"], "no end, and a later launch started"

@@ -400,7 +400,7 @@ def test_notify_log_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 # --- validate -----------------------------------------------------------------------------------------------------
 
 def test_states() -> None:
-    assert STATES == ("started", "proven", "restarted", "stalled", "timeout", "finished", "failed")
+    assert STATES == ("started", "proven", "restarted", "stalled", "timeout", "finished", "failed", "lost")
 
 
 @pytest.mark.parametrize("settings", [
@@ -437,7 +437,7 @@ def test_validate_command(command: t.Any) -> None:
 
 def test_validate_states() -> None:
     assert validate({"notify_states": ["failed", "bogus", "ended"]}) == [
-        "Invalid notify_states bogus, ended: use some of started, proven, restarted, stalled, timeout, finished, failed"]
+        "Invalid notify_states bogus, ended: use some of started, proven, restarted, stalled, timeout, finished, failed, lost"]
 
 
 def test_validate_reports_each_problem() -> None:

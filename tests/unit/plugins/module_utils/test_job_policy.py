@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import typing as t
 
 import pytest
@@ -52,9 +53,12 @@ def test_a_setting_changes_the_hash_and_the_summary_hides_the_url() -> None:
     ({"stall_timeout": -1}, "Invalid stall_timeout -1"),
     ({"stall_pattern": "step ("}, "Invalid stall_pattern 'step ('"),
     ({"notify_lines": 500}, "Invalid notify_lines 500"),
+    ({"restart_on_boot": True, "restart_limit": 0}, "Invalid restart_limit 0 with restart_on_boot: a start at the container's boot is a restart"),
+    ({"notify_url_keep": True}, "Invalid notify_url_keep without notify_url"),
+    ({"restart_on_boot": True, "env": {"TOKEN": "x", "KEY": "y"}}, "Invalid env (KEY, TOKEN) together with restart_on_boot: the values of env"),
 ])
 def test_bad_settings_are_refused_naming_the_option(params: dict[str, t.Any], words: str) -> None:
-    with pytest.raises(L.SpecError, match="^" + words.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(L.SpecError, match="^" + re.escape(words)):
         L.spec_from_params(dict(BASE, **params))
 
 
@@ -67,3 +71,11 @@ def test_every_problem_is_named_at_once() -> None:
 def test_a_stop_needs_no_settings() -> None:
     spec = L.spec_from_params({"session_name": "train", "state": "stopped", "restart_limit": -1})
     assert spec.supervise == ()
+
+
+def test_restart_on_boot_takes_public_values_and_is_part_of_the_spec() -> None:
+    spec = L.spec_from_params(dict(BASE, restart_on_boot=True, public_env={"EPOCHS": "3"}, env={}))
+    assert changed_settings(spec.supervise) == {"restart_on_boot": True} and dict(spec.env) == {"EPOCHS": "3"}
+    assert L.spec_hash(spec) != L.spec_hash(L.spec_from_params(dict(BASE, public_env={"EPOCHS": "3"})))
+    kept = L.spec_from_params(dict(BASE, notify_url="https://hooks.example/T", notify_url_keep=True))
+    assert changed_settings(kept.supervise)["notify_url_keep"] is True

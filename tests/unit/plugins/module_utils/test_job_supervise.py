@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_stage
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_live, _job_stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise import DEFAULTS, restart_delay, wants_restart
 
 STARTED_AT = "2026-01-01T00:00:00Z"
@@ -295,3 +295,73 @@ def test_the_stall_names_the_memory_limit_met_meanwhile(tmp_path: Path, monkeypa
                                       "no log output for 30 s (stall_timeout)")
     monkeypatch.setattr(_job_memory, "snapshot", lambda: {"high": 10, "oom_kill": 0})
     assert sup.stall_reason() == "stalled: no log output for 30 s (stall_timeout)"
+
+
+def _job_json(job: Job, **values: t.Any) -> None:
+    """``job.json`` with ``values``: ``resume`` as a start at the container's boot writes it (``_job_resume``), ``live``
+    as a launch by root writes it (``_boot_stage``)."""
+    path = job.run_dir / "job.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text(encoding="utf-8")), **values)), encoding="utf-8")
+
+
+def _resumed(job: Job, attempt: int, elapsed: float) -> None:
+    _job_json(job, resume={"attempt": attempt, "elapsed": elapsed})
+
+
+def test_a_start_at_boot_goes_on_with_the_launchs_next_attempt(tmp_path: Path) -> None:
+    job = Job(tmp_path, FAIL_TWICE, restart="on_failure", restart_limit=2, restart_delay=0.05)
+    _resumed(job, 3, 5.0)
+    assert job.run() == 0
+    assert [line for line in job.log_lines() if line.startswith("attempt")] == ["attempt 3 restarts 2"]
+    assert sum("attempt=3 started_at=" in line for line in job.log_lines()) == 1, "the attempt is marked in the log"
+    assert (job.record()["attempts"], job.record()["end_state"]) == ("3", "finished")
+    assert [line["event"] for line in job.history_lines()] == ["end"], "the launch's start was written before the boot"
+    assert [e["event"] for e in job.events()] == ["restarted", "finished"]
+
+
+def test_a_start_at_boot_counts_against_the_restart_limit_and_the_time_limit(tmp_path: Path) -> None:
+    limited = Job(tmp_path / "a", "exit 3", restart="on_failure", restart_limit=2, restart_delay=0.05)
+    _resumed(limited, 3, 0.0)
+    assert limited.run() == 3 and limited.record()["attempts"] == "3", "attempt 3 of 3: no more restarts"
+    timed = Job(tmp_path / "b", "sleep 30", time_limit=100, time_limit_grace=1)
+    _resumed(timed, 2, 99.0)
+    started = time.monotonic()
+    assert timed.run() in (143, 137) and time.monotonic() - started < 10
+    assert timed.record()["end_state"] == "timeout"
+
+
+def test_the_supervisor_notes_its_life_in_the_live_record_and_drops_it_at_the_end(tmp_path: Path) -> None:
+    live = tmp_path / "jobs" / "job.json"
+    job = Job(tmp_path, "sleep 1; exit 0")
+    _job_json(job, live=str(live))
+    assert _job_live.write(str(live), {"session_name": "job", "started_at": STARTED_AT, "state": "starting", "attempt": 0})
+    seen: list[dict[str, t.Any]] = []
+    with job.start() as proc:
+        _wait_for(lambda: (_job_live.read(str(live)) or {}).get("state") == "running" or proc.poll() is not None)
+        seen.append(_job_live.read(str(live)) or {})
+        proc.wait(20)
+    assert (seen[0]["state"], seen[0]["attempt"]) == ("running", 1)
+    assert not live.exists(), "the end is recorded: nothing left for the next boot"
+
+
+@pytest.mark.parametrize("restart_on_boot", [True, False])
+def test_a_clean_shutdown_keeps_the_live_record_only_for_restart_on_boot(tmp_path: Path, restart_on_boot: bool) -> None:
+    live = tmp_path / "jobs" / "job.json"
+    job = Job(tmp_path, "echo Epoch 1; sleep 100", restart_on_boot=restart_on_boot)
+    _job_json(job, live=str(live))
+    assert _job_live.write(str(live), {"session_name": "job", "started_at": STARTED_AT, "state": "starting", "attempt": 0})
+    init = tmp_path / "systemd-shutdown"
+    init.symlink_to("/bin/sh")
+    argv = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", str(init), "-c", SPREE, "spree",
+            str(job.run_dir), *job.argv]
+    try:
+        run = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+    except FileNotFoundError:
+        pytest.skip("needs unshare (util-linux)")
+    if b"unshare:" in run.stderr:
+        pytest.skip(f"no user and PID namespaces here: {run.stderr.decode(errors='replace').strip()}")
+    assert job.record()["cause"] == "shutdown"
+    if restart_on_boot:  # the next boot starts it again: its record stays, its end noted
+        assert ((_job_live.read(str(live)) or {}).get("state"), (_job_live.read(str(live)) or {}).get("attempt")) == ("ended", 1)
+    else:
+        assert not live.exists()

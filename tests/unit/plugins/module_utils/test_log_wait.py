@@ -252,7 +252,8 @@ def test_failed_messages_of_ends_with_an_exit_record(record: dict[str, str], fra
 def test_failed_messages_without_an_exit_record() -> None:
     vanished = result_from_facts(dict(ENDED, verdict="failed", state="vanished", exit={}), 3)
     assert message(vanished, FINISHED).startswith("Job failed in session train in container 250: the session is gone without an exit "
-                                                  "status after 3.0 s (tmux killed, SIGKILL, or the container restarted); last log lines")
+                                                  "status after 3.0 s (tmux killed, SIGKILL, or the container restarted without the boot unit of "
+                                                  "role trainops.pct_launch.boot_recorder); last log lines")
     absent = result_from_facts(dict(ENDED, verdict="failed", session="absent", state="absent", log_exists="0", tail=[]), 0.1)
     assert message(absent, FINISHED).startswith("Cannot find session train in container 250: no tmux session of that name is running "
                                                 "and log /w/t.log does not exist")

@@ -103,3 +103,51 @@ def test_tmux_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert P.tmux_state(minimum)["ok"] is ok, printed
     tmux.write_text("#!/bin/sh\necho 'tmux master'\n", encoding="utf-8")
     assert P.tmux_state("3.0") == {"ok": False, "version": None, "reason": "cannot read a version from 'tmux master'"}
+
+
+UNIT = Path(__file__).resolve().parents[4] / "roles" / "boot_recorder" / "files" / "trainops-boot.service"
+
+
+def _installed(root: Path, text: bytes, enabled: bool = True) -> tuple[Path, Path]:
+    """A container's unit folder with the boot unit as the role leaves it, and its /run/systemd/system."""
+    units, running = root / "etc/systemd/system", root / "run/systemd/system"
+    (units / "multi-user.target.wants").mkdir(parents=True)
+    running.mkdir(parents=True)
+    (units / "trainops-boot.service").write_bytes(text)
+    os.chmod(units / "trainops-boot.service", 0o644)
+    if enabled:
+        (units / "multi-user.target.wants/trainops-boot.service").symlink_to(units / "trainops-boot.service")
+    return units, running
+
+
+def test_the_boot_unit_is_ok_when_installed_with_the_collections_text_and_enabled(tmp_path: Path) -> None:
+    sha1 = hashlib.sha1(UNIT.read_bytes()).hexdigest()  # nosec - the checksum the action sends
+    units, running = _installed(tmp_path, UNIT.read_bytes())
+    assert P.boot_unit_state(sha1, str(units), str(running)) == {"ok": True, "covered": True, "reason": ""}
+    assert P.boot_unit_state("0" * 40, str(units), str(running)) == {
+        "ok": False, "covered": True, "reason": f"the boot unit {units}/trainops-boot.service is missing or differs"}
+    (units / "multi-user.target.wants/trainops-boot.service").unlink()
+    assert P.boot_unit_state(sha1, str(units), str(running))["reason"] == (
+        f"the boot unit trainops-boot.service is not enabled ({units}/multi-user.target.wants/trainops-boot.service)")
+    (units / "trainops-boot.service").unlink()
+    assert not P.boot_unit_state(sha1, str(units), str(running))["ok"]
+
+
+def test_a_container_without_systemd_is_not_covered_and_told_so(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "1").mkdir(parents=True)
+    (proc / "1/comm").write_text("openrc-init\n", encoding="ascii")
+    state = P.boot_unit_state("0" * 40, str(tmp_path / "etc"), str(tmp_path / "run/systemd/system"), str(proc))
+    assert (state["ok"], state["covered"], state["reason"]) == (True, False, "")
+    assert state["warning"].startswith("the init of this container is not systemd (PID 1 is openrc-init): a job running when the "
+                                       "container goes away is not recorded at its next boot")
+
+
+def test_the_report_needs_the_boot_unit_unless_it_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(P, "boot_unit_state", lambda checksum: {"ok": False, "covered": True, "reason": f"install {checksum}"})
+    params = {"tmux_min_version": "0.1", "venv_path": None, "workdir": None, "files": [], "boot_unit": True, "boot_unit_checksum": "c"}
+    monkeypatch.setattr(P, "tmux_state", lambda minimum: {"ok": True, "version": "3.3a", "reason": ""})
+    report = P.report(params)
+    assert (report["prepared"], report["needs"], report["boot_unit"]["ok"]) == (False, ["install c"], False)
+    report = P.report(dict(params, boot_unit=False))
+    assert (report["prepared"], report["boot_unit"]) == (True, {"ok": True, "reason": ""})

@@ -85,6 +85,32 @@ def test_bad_input_fails_before_anything_runs(monkeypatch: pytest.MonkeyPatch, c
     assert launches.calls == []
 
 
+@pytest.mark.parametrize("change, fragment", [
+    ({"notify_url_keep": True}, "notify_url_keep is True but all of the following are missing: notify_url"),
+    ({"restart_on_boot": True, "env": {"TOKEN": "s3cr3t-v"}}, "Invalid env (TOKEN) together with restart_on_boot"),
+    ({"restart_on_boot": True, "restart_limit": 0}, "Invalid restart_limit 0 with restart_on_boot"),
+    ({"restart_on_boot": True}, "Invalid restart_on_boot: the container's boot knows only the jobs of launches as root"),
+    ({"notify_url": "https://h.example/T", "notify_url_keep": True, "restart_on_boot": True},
+     "Invalid restart_on_boot and notify_url_keep: the container's boot knows only the jobs of launches as root"),
+])
+def test_the_options_for_the_next_boot_are_refused_where_they_cannot_work(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                                          change: dict[str, t.Any], fragment: str) -> None:
+    launches = Launches()
+    result = run(monkeypatch, capsys, {**ARGS, **change}, launches)  # the run root of the test: not root's
+    assert result["failed"] and fragment in result["msg"] and "s3cr3t-v" not in json.dumps(result), result["msg"]
+    assert launches.calls == []
+
+
+def test_a_launch_by_root_may_ask_for_the_next_boot(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_tmux_run, "run_root", lambda: _tmux_run.RUN_ROOT)
+    launches = Launches({"before_state": "absent", "result": "started", "pane_pid": "42", "state": "running"})
+    args = {**ARGS, "restart_on_boot": True, "notify_url": "https://h.example/T0KEN", "notify_url_keep": True, "public_env": {"E": "3"}}
+    result = run(monkeypatch, capsys, args, launches)
+    assert result["changed"] and "T0KEN" not in json.dumps(result)
+    [(spec, _check)] = launches.calls
+    assert (dict(spec.supervise)["restart_on_boot"], dict(spec.supervise)["notify_url_keep"]) == (True, True)
+
+
 def test_started(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], on_this_host: Path) -> None:
     launches = Launches({"tmux_version": "3.3a", "before_state": "absent", "result": "started", "pane_pid": "42", "started_at": "T",
                          "state": "running", "rotated_log": ""})

@@ -134,3 +134,19 @@ def test_the_report_of_a_multinode_job_and_gpus() -> None:
 
 def test_first_line() -> None:
     assert first_line("  one\ntwo") == "one" and first_line(None) == "" and first_line("x" * 500) == "x" * 397 + "..."
+
+
+def test_the_report_names_the_backups_ahead() -> None:
+    """preflight.yml's backup_window_info result: each window's summary in the report of a container where the job runs."""
+    window = {"summary": "backup job backup-1 stops it at Sun 2026-12-06 01:00 +0100 (in 5 h, mode stop, schedule 'sun 01:00')",
+              "message": "Backup job backup-1 stops CT 200 in 5 h: ..."}
+    hostvars = {"a": host(200, job_launch=STARTED, preflight_backup={"windows": [window], "problems": []}),
+                "b": host(201, job_launch=STARTED, preflight_backup={"windows": [], "problems": ["Cannot read ..."]}),
+                "c": host(202, job_launch={"failed": True, "msg": "bad"}, job_launch_failure={},
+                          preflight_backup={"windows": [window]}),
+                "d": host(203, job_launch=STARTED, preflight_backup={"skipped": True, "windows": [window]})}
+    decided = fleet(["a", "b", "c", "d"], hostvars, Launch("t"))
+    assert decided["report"]["a"] == ("t in CT 200: started, pane_pid 41, log /w/train.log (backup ahead: backup job backup-1 "
+                                      "stops it at Sun 2026-12-06 01:00 +0100 (in 5 h, mode stop, schedule 'sun 01:00'))")
+    assert "backup ahead" not in decided["report"]["b"] and "c" not in decided["report"] and "backup" not in decided["report"]["d"]
+    assert decided["backup_windows"] == {"a": [window["summary"]], "c": [window["summary"]]}
