@@ -10,12 +10,16 @@ again: ``privileges``) and every container it creates itself privileged.
 """
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import typing as t
 import uuid
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
@@ -261,6 +265,33 @@ def private_node(tmp_path: Path) -> Iterator[StandinNode]:
     (tmp_path / "node" / "node").write_text("testnode\n", encoding="utf-8")
     yield node
     node.destroy_all()
+
+
+class Hooks(http.server.BaseHTTPRequestHandler):
+    """Records every POST body as JSON (the class of each ``webhook`` gets a list of its own)."""
+
+    events: list[dict[str, t.Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).events.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: t.Any) -> None:
+        pass
+
+
+@pytest.fixture()
+def webhook() -> Iterator[tuple[str, list[dict[str, t.Any]]]]:
+    """A real HTTP server on 127.0.0.1 (the stand-in's containers share the host's network); its URL (with a token in
+    the path, as real webhooks have) and the events it got, in order."""
+    events: list[dict[str, t.Any]] = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (Hooks,), {"events": events}))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/T0K3N-{uuid.uuid4().hex}", events
+    server.shutdown()
 
 
 def lines(output: bytes) -> Sequence[str]:

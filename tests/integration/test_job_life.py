@@ -24,9 +24,7 @@ VMIDs: 655 (most tests), 656 (memory limit 192 MB).
 from __future__ import annotations
 
 import calendar
-import http.server
 import json
-import threading
 import time
 import typing as t
 import uuid
@@ -138,33 +136,6 @@ def test_a_job_that_goes_silent_is_recorded_as_stalled_within_its_window_plus_on
 
 def _seconds(stamp: str) -> int:
     return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
-
-
-class Hooks(http.server.BaseHTTPRequestHandler):
-    """Records every POST body as JSON."""
-
-    events: list[dict[str, t.Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        type(self).events.append(json.loads(body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: t.Any) -> None:
-        pass
-
-
-@pytest.fixture()
-def webhook() -> Iterator[tuple[str, list[dict[str, t.Any]]]]:
-    """A real HTTP server on 127.0.0.1; its URL (with a token in the path, as real webhooks have) and the events it got."""
-    events: list[dict[str, t.Any]] = []
-    handler = type("Handler", (Hooks,), {"events": events})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/T0K3N-{uuid.uuid4().hex}", events
-    server.shutdown()
 
 
 def test_the_webhook_receives_every_state_change(ct: int, standin: StandinNode, tmp_path: Path,

@@ -19,7 +19,6 @@ job, its supervisor and tmux among them. ``pct stop`` is ``lxc-stop --kill``: ev
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
 import time
@@ -64,32 +63,6 @@ def running(ct: int, standin: StandinNode) -> int:
     if b"running" not in standin.pct("status", ct).stdout:
         standin.pct("start", ct, check=True)
     return ct
-
-
-class Hooks(http.server.BaseHTTPRequestHandler):
-    """Records every POST body as JSON."""
-
-    events: list[dict[str, t.Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        type(self).events.append(json.loads(body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: t.Any) -> None:
-        pass
-
-
-@pytest.fixture()
-def webhook() -> Iterator[tuple[str, list[dict[str, t.Any]]]]:
-    """A real HTTP server on 127.0.0.1 (the stand-in's containers share the host's network); its URL and events."""
-    events: list[dict[str, t.Any]] = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (Hooks,), {"events": events}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/{uuid.uuid4().hex}", events
-    server.shutdown()
 
 
 def play(tmp_path: Path, tasks: list[dict[str, t.Any]], host: str = HOST, vmid: int = CT) -> PlayRun:
