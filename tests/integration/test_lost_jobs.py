@@ -253,3 +253,26 @@ def test_a_clean_shutdown_keeps_its_end_and_is_not_lost(prepared: int, standin: 
     history = play(tmp_path, [info(name)]).result("Report", HOST)["history"][-1]
     assert (history["end_state"], history["cause"]) == ("stopped", "shutdown"), history
     assert in_ct(standin, f"ls -A {LIVE_DIR}").split() == []
+
+
+def test_restart_on_boot_after_a_clean_shutdown_starts_the_job_again(prepared: int, standin: StandinNode, tmp_path: Path) -> None:
+    """A vzdump backup in mode stop shuts the container down and starts it again: the end its supervisor wrote stays in
+    the history, and the boot starts the job again as attempt 2."""
+    name = fresh("backup")
+    run = play(tmp_path, [launch(name, restart_on_boot=True), wait(name)])
+    assert run.result("Wait", HOST)["verdict"] == "started", run.proc.stdout[-3000:]
+    standin.pct("shutdown", CT, check=True, timeout=180)
+    standin.pct("start", CT, check=True)
+    journal = boot_unit_done(standin)
+    assert f"session {name}: the container shut down at " in journal and "started again as attempt 2 (restart_on_boot)" in journal
+    proven = play(tmp_path, [wait(name), info(name)])
+    assert proven.result("Wait", HOST)["verdict"] == "started", proven.proc.stdout[-3000:]
+    report = proven.result("Report", HOST)
+    assert report["session"]["state"] == "running" and report["session"]["attempts"] == 2, report["session"]
+    log = in_ct(standin, 'cat "$1"', f"/w/{name}.log")
+    assert f"session={name} attempt=1 ended=shutdown boot_at=" in log and "attempt 2\n" in log, log
+    lines = [json.loads(line) for line in in_ct(standin, "cat /var/lib/trainops/history.jsonl").splitlines() if f'"{name}"' in line]
+    assert [line["event"] for line in lines] == ["start", "end", "boot_restart"], lines
+    assert (lines[1]["end_state"], lines[1]["cause"]) == ("stopped", "shutdown"), lines[1]
+    assert in_ct(standin, 'ls "$1" 2>/dev/null', f"/w/{name}.log.exit") == "", "the job runs again: no exit record"
+    play(tmp_path, [{"name": "Stop", "trainops.pct_launch.tmux_session": {"session_name": name, "state": "stopped"}}])

@@ -80,7 +80,8 @@ def test_a_pipelined_check_is_one_module_run_in_one_pct_exec(ct: int, tmp_path: 
     assert calls == 1 and len(stdin) == 1 and stdin[0].startswith(ANSIBALLZ_START), (calls, stdin)
     result = verdict(run)
     assert result["prepared"] is False and result["tmux"]["ok"] is True and result["workdir"] == {"ok": True, "reason": ""}
-    assert result["needs"] == ["no venv at /opt/no-venv", "copy /w/job.py"], result
+    assert result["needs"] == ["no venv at /opt/no-venv", "the boot unit /etc/systemd/system/trainops-boot.service is missing or differs",
+                               "copy /w/job.py"], result
 
 
 def test_the_module_gives_the_same_report_where_the_task_is_not_pipelined(ct: int, tmp_path: Path) -> None:
@@ -101,7 +102,8 @@ def test_check_mode_reports_the_same_and_writes_nothing(ct: int, tmp_path: Path,
 
 
 @pytest.mark.parametrize(("wrong", "start"), [
-    ({"bogus": 1}, "Unsupported parameters for (trainops.pct_launch.prepare_info) module: bogus. Supported parameters include: files,"),
+    ({"bogus": 1}, "Unsupported parameters for (trainops.pct_launch.prepare_info) module: bogus. "
+                   "Supported parameters include: boot_unit, boot_unit_checksum, files,"),
     ({"venv_site_packages": "maybe"}, "argument 'venv_site_packages' is of type str and we were unable to convert to bool"),
 ])
 def test_a_wrong_option_is_named_and_nothing_is_written(ct: int, tmp_path: Path, standin: StandinNode,
