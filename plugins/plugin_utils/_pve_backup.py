@@ -187,4 +187,3 @@ def covers(job: BackupJob, vmid: int, node: str | None, pools: t.Mapping[str, fr
     if job.vmids:
         return "its VMIDs" if vmid in job.vmids else None
     return "all guests" if job.all and vmid not in job.exclude else None
-

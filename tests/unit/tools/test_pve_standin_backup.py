@@ -41,8 +41,8 @@ def test_jobs_cfg_in_the_state_root_as_proxmox_ve_writes_it(tmp_path: Path) -> N
 
 
 def test_selections_and_a_disabled_job() -> None:
-    jobs = [BackupJob("backup-a", "*/2:00", "suspend", exclude=(1, 2)), BackupJob("backup-b", "mon..fri 21:00", "stop", pool="gpu",
-                                                                           enabled=False)]
+    jobs = [BackupJob("backup-a", "*/2:00", "suspend", exclude=(1, 2)),
+            BackupJob("backup-b", "mon..fri 21:00", "stop", pool="gpu", enabled=False)]
     first, second = parse_jobs_cfg(jobs_cfg_text(jobs))
     assert (first.all, first.exclude, first.mode) == (True, frozenset({1, 2}), "suspend")
     assert (second.pool, second.enabled, second.schedule) == ("gpu", False, "mon..fri 21:00")
