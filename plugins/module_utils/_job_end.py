@@ -8,7 +8,8 @@ collection and works with the target's Python 3.7 or later (standard library onl
 ``oom_kills`` reads the ``oom_kill`` counter of a process's memory cgroup (the supervisor reads it
 before and after each attempt), ``signal_name`` names the signal of a ``128+N`` status and
 ``classify`` turns what the supervisor knows and the tail of the log into ``end_state``, ``cause``,
-``reason`` (one line, at most 300 characters) and, for a status that is a signal, ``signal``.
+``reason`` (one line, at most 300 characters) and, for a status that is a signal, ``signal``; ``one_line``
+makes such a line, its end kept (the supervisor adds the words of its restart decision with it).
 
 What the torchelastic parts rely on, verified in PyTorch's sources (pytorch/pytorch):
 
@@ -120,7 +121,7 @@ def signal_name(status: int) -> str | None:
     return _signal_of(status - 128) if 129 <= status <= 192 else None
 
 
-def _one_line(text: str, suffix: str = "") -> str:
+def one_line(text: str, suffix: str = "") -> str:
     """``text`` + ``suffix`` as one printable line of at most REASON_MAX characters (``text`` is cut)."""
     text = UNPRINTABLE_RE.sub(" ", text).strip()
     suffix = UNPRINTABLE_RE.sub(" ", suffix)
@@ -269,14 +270,14 @@ def _failure(status: int, sig: str | None, log_path: str, error_file: str | None
     lines = _tail_lines(log_path)
     elastic = _torchelastic(error_file, lines)
     if elastic is not None:
-        return "torchelastic", _one_line(elastic)
+        return "torchelastic", one_line(elastic)
     for cause, label, matches in (("cuda_oom", "CUDA out of memory", _is_cuda_oom), ("nccl", "NCCL error", _is_nccl)):
         line = _pick(lines, matches)
         if line is not None:
-            return cause, _one_line(f"{label}: {line.strip()}")
+            return cause, one_line(f"{label}: {line.strip()}")
     raised = _exceptions(lines)
     if raised:
-        return "python_exception", _one_line(raised[-1], f" (the last Python exception in the log; {how})")
+        return "python_exception", one_line(raised[-1], f" (the last Python exception in the log; {how})")
     return ("signal" if sig else "exit_status"), how
 
 
@@ -309,7 +310,7 @@ def classify(status: int, log_path: str, *, stopped: bool = False, timed_out: bo
                                              f"(the container's memory limit; {kills}; {short})")
     else:
         end = ("failed",) + _failure(status, sig, log_path, error_file)
-    result = {"end_state": end[0], "cause": end[1], "reason": _one_line(end[2], f"; meanwhile {memory}" if memory else "")}
+    result = {"end_state": end[0], "cause": end[1], "reason": one_line(end[2], f"; meanwhile {memory}" if memory else "")}
     if sig:
         result["signal"] = sig
     return result

@@ -13,6 +13,7 @@ import re
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_notify import STATES, validate
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import RESTART_ON
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise import DEFAULTS
 
 SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL")
@@ -24,6 +25,8 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "restart_backoff": {"type": "float", "default": 2.0},
     "restart_max_delay": {"type": "float", "default": 300.0},
     "no_restart_exit_codes": {"type": "list", "elements": "int", "default": []},
+    "restart_on": {"type": "list", "elements": "str", "choices": list(RESTART_ON), "default": ["any"]},
+    "restart_limit_window": {"type": "float", "default": 0},
     "time_limit": {"type": "float", "default": 0},
     "time_limit_signal": {"type": "str", "choices": list(SIGNALS), "default": "TERM"},
     "time_limit_grace": {"type": "float", "default": 30},
@@ -40,7 +43,8 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
 # option: (lowest, highest, what it counts)
 _RANGES = {
     "restart_limit": (0, 1000, "restarts"), "restart_delay": (0, DAY, "seconds"), "restart_backoff": (1, 10, "as a factor"),
-    "restart_max_delay": (0, DAY, "seconds"), "time_limit": (0, 366 * DAY, "seconds (0: no limit)"),
+    "restart_max_delay": (0, DAY, "seconds"), "restart_limit_window": (0, 366 * DAY, "seconds (0: every restart counts)"),
+    "time_limit": (0, 366 * DAY, "seconds (0: no limit)"),
     "time_limit_grace": (0, DAY, "seconds"), "stall_timeout": (0, 366 * DAY, "seconds (0: no watchdog)"),
     "notify_lines": (0, 200, "lines"),
 }
@@ -74,15 +78,43 @@ def _range_errors(settings: t.Mapping[str, t.Any]) -> list[str]:
     return errors
 
 
+def _restart_on_errors(settings: t.Mapping[str, t.Any]) -> list[str]:
+    """``restart_on``: known causes, ``any`` alone, and only where a failure may be restarted."""
+    causes = [str(cause) for cause in settings["restart_on"]]
+    shown = ", ".join(causes) or "[]"
+    unknown = [cause for cause in causes if cause not in RESTART_ON]
+    if unknown:
+        return [f"Invalid restart_on {', '.join(unknown)}: use any (the default) or some of {', '.join(RESTART_ON[1:])}, the causes of "
+                "docs/job-life.md's classification of the end"]
+    if not causes:
+        return ["Invalid restart_on []: give the causes to restart, or any (the default); to restart nothing, set restart never"]
+    if "any" in causes and len(set(causes)) > 1:
+        return [f"Invalid restart_on {shown}: any already restarts every cause; give any alone, or only the causes"]
+    errors = []
+    restarts_stalls = settings["stall_action"] == "restart"
+    if causes != ["any"] and settings["restart"] == "never" and not restarts_stalls:
+        errors.append(f"Invalid restart_on {shown} with restart never: restart_on chooses which failures are restarted; set restart "
+                      "on_failure or always, or leave restart_on out")
+    if "stall" in causes and not restarts_stalls:
+        errors.append("Invalid restart_on stall without stall_action restart: only the stall watchdog's restart ends an attempt with "
+                      "cause stall that can be started again; set stall_action restart, or leave stall out")
+    if restarts_stalls and not {"any", "stall"} & set(causes):
+        errors.append(f"Invalid stall_action restart with restart_on {shown}: a stall would never be restarted; add stall to "
+                      "restart_on, or set stall_action stop")
+    return errors
+
+
 def supervise_from_params(params: t.Mapping[str, t.Any]) -> tuple[tuple[str, t.Any], ...]:
     """The checked settings; raises ValueError with every problem, each naming its option."""
     settings = {key: _value(params, key) for key in DEFAULTS}
+    settings["restart_on"] = list(dict.fromkeys(settings["restart_on"]))  # each cause once
     errors = _range_errors(settings)
     if settings["stall_pattern"] is not None:
         try:
             re.compile(settings["stall_pattern"])
         except re.error as exc:
             errors.append(f"Invalid stall_pattern {settings['stall_pattern']!r}: it is not a valid Python regular expression ({exc})")
+    errors += _restart_on_errors(settings)
     errors += validate(settings)
     if errors:
         raise ValueError("; ".join(errors))

@@ -24,7 +24,7 @@ import typing as t
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_live, _job_memory, _job_notify, _job_shutdown
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process as process
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import PGID_FILE, PROVEN_FILE, STATE_FILE, attempt_error_file
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import DEFAULTS, policy_of, restart_delay, wants_restart
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import DEFAULTS, Counted, decide, policy_of, restart_delay, wants_restart
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_watch import TICK, Watch, size_of
 
 STATE_EVERY = 2.0
@@ -96,8 +96,9 @@ class Supervisor:
         """The log's last ``notify_lines`` lines of output."""
         return _job_end.last_lines(self.log_path, int(self.policy["notify_lines"]))
 
-    def attempt(self, env: t.Mapping[str, str]) -> tuple[int, dict[str, t.Any], dict[str, int]]:
-        """Start the next attempt and watch it: (status, how it ended, how its memory counters grew)."""
+    def attempt(self, env: t.Mapping[str, str], before: t.Mapping[str, t.Any] | None = None) -> tuple[int, dict[str, t.Any], dict[str, int]]:
+        """Start the next attempt and watch it: (status, how it ended, how its memory counters grew). ``before``: the end
+        of the attempt it restarts, its ``reason`` saying why, for the ``restarted`` event."""
         number = self.state["attempt"] + 1
         if number > 1:
             process.log_line(self.log, f"{process.PROTOCOL}session={self.name} attempt={number} started_at={process.now()}")
@@ -115,7 +116,8 @@ class Supervisor:
         if number == 1:
             sys.stdout.write(f"trainops.pct_launch: session {self.name} runs pid {proc.pid}; output goes to {self.log_path}\n")
             sys.stdout.flush()
-        self.set_state("running", event="started" if number == 1 else "restarted", pid=proc.pid)
+        self.set_state("running", pid=proc.pid)
+        self.notify("started" if number == 1 else "restarted", before)
         status, flags = Watch(self, proc, size).run()
         return status, dict(flags, shutdown=self.shutdown(status)), self.memory_growth()
 
@@ -138,9 +140,9 @@ class Supervisor:
         signalled = bool(self.received) or _job_end.signal_name(status) is not None
         return _job_shutdown.shutting_down(ask_systemd=signalled)
 
-    def pause(self, seconds: float) -> bool:
-        """Wait before a restart; False when a stop or the time limit came meanwhile."""
-        self.set_state("restarting", next_restart_at=_iso_in(seconds), pid=None)
+    def pause(self, seconds: float, reason: str) -> bool:
+        """Wait before a restart (``reason``: why, in state.json meanwhile); False when a stop or the time limit came meanwhile."""
+        self.set_state("restarting", next_restart_at=_iso_in(seconds), pid=None, reason=reason)
         process.log_line(self.log, f"{process.PROTOCOL}session={self.name} attempt={self.state['attempt']} restart_in={seconds:g}s")
         deadline = time.monotonic() + seconds
         limit = float(self.policy["time_limit"])
@@ -153,21 +155,36 @@ class Supervisor:
         return True
 
     def run(self, env: t.Mapping[str, str]) -> int:
-        """Every attempt, then the end; the last attempt's status."""
+        """Every attempt, then the end; the last attempt's status. Each attempt's end is classified as the exit record's
+        (``classify``): whether it is started again depends on its cause (``restart_on``); both the ``restarted`` event
+        and the end's reason say why it was or was not."""
         history = str(self.job.get("history_path") or _job_history.history_path())
         if not self.resume:  # a start at boot continues its launch: the boot recorder noted it (boot_restart)
             _job_history.append(history, {"event": "start", **self._launch()})
+        counted = Counted(self.policy, self.state["restarts"], time.monotonic())
         status, flags, grown = self.attempt(env)
-        while wants_restart(self.policy, status, flags, self.state["restarts"]) and self.pause(restart_delay(self.policy, self.state["restarts"] + 1)):
-            status, flags, grown = self.attempt(env)
-        if self.received and not flags.get("shutdown"):  # a signal while it waited to restart
-            flags["shutdown"] = self.shutdown(status)
-        end = self.classify(status, flags, grown, env)
+        while True:
+            ended = time.monotonic()
+            end = self.classify(status, flags, grown, env)
+            decision = decide(self.policy, status, flags, end.get("cause"), counted.count(ended))
+            note = decision.words
+            if not decision.restart:
+                break
+            counted.add(ended)
+            why = _job_end.one_line(f"attempt {self.state['attempt']}: {end.get('reason')}", f"; {note}")
+            if not self.pause(decision.delay, why):  # a stop, a signal or the time limit during the delay: that is the end
+                end, note = self.classify(status, flags, grown, env), None
+                break
+            status, flags, grown = self.attempt(env, dict(end, end_state=None, reason=why))
+        if note:  # why it was not started again
+            end["reason"] = _job_end.one_line(str(end.get("reason")), f"; {note}")
         self.leave(history, status, end)
         return status
 
     def classify(self, status: int, flags: t.Mapping[str, t.Any], grown: t.Mapping[str, int], env: t.Mapping[str, str]) -> dict[str, t.Any]:
-        """The end of the last attempt (``_job_end.classify``), in the supervisor's own words where it caused it."""
+        """The end of an attempt (``_job_end.classify``), in the supervisor's own words where it caused it."""
+        if self.received and not flags.get("shutdown"):  # a signal after the attempt's end (while it waited to restart)
+            flags = dict(flags, shutdown=self.shutdown(status))
         limit = float(self.policy["time_limit"])
         timed_out = bool(flags.get("timed_out")) or (limit > 0 and time.monotonic() - self.first_start >= limit)
         # a job that ended by itself (exit status 0, no signal anywhere) is not one the shutdown ended

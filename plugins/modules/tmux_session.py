@@ -143,7 +143,12 @@ options:
       - When the job's parent (the supervisor in the session, see C(docs/job-life.md)) starts the job again after it ended.
       - V(never) runs it once. V(on_failure) restarts it after any end but exit status V(0), an OOM kill included.
         V(always) restarts it after exit status V(0) too.
+      - O(restart_on) narrows the failures restarted to some causes of the end (for example V(nccl), not V(python_exception)).
       - Never restarted, whatever this says - a stop by this module, the O(time_limit), an exit status in O(no_restart_exit_codes).
+      - "Why an attempt was or was not started again ends the reason of the V(restarted) event (C(attempt 1: NCCL error: ...;
+        restart 1 of 3: cause nccl is in restart_on)) and of the end (C(...; not restarted: cause python_exception is not in
+        restart_on), C(...; not restarted: restart_limit 3 reached)), in the exit record and the history
+        (RV(trainops.pct_launch.tmux_session_info#module:history[].reason))."
       - "Each attempt is marked in the log (C(### trainops.pct_launch: session=NAME attempt=N ...)), the job sees its number in
         C(TRAINOPS_ATTEMPT) (V(1), V(2), ...) and C(TRAINOPS_RESTARTS), to resume from a checkpoint, and the exit record counts
         them (RV(trainops.pct_launch.tmux_session_info#module:sessions[].attempts))."
@@ -153,11 +158,13 @@ options:
   restart_limit:
     description:
       - At most this many restarts (attempts are restarts plus one), V(0) to V(1000).
+      - With O(restart_limit_window), only the restarts of attempts that ended within that many seconds before now count.
     type: int
     default: 3
   restart_delay:
     description:
       - Seconds before the first restart; each further restart waits O(restart_backoff) times longer, at most O(restart_max_delay).
+      - With O(restart_limit_window), the backoff counts only the restarts within the window, as O(restart_limit) does.
     type: float
     default: 10
   restart_backoff:
@@ -176,6 +183,36 @@ options:
     type: list
     elements: int
     default: []
+  restart_on:
+    description:
+      - "The causes of a failed attempt's end (C(docs/job-life.md), Classification of the end) that O(restart) starts again;
+        another cause ends the job at once. V(any) (the default) restarts every failure."
+      - V(exit_status) (an exit status, nothing more found), V(signal) (killed by a signal), V(oom_kill) (the kernel's OOM killer,
+        the container's memory limit), V(cuda_oom) (C(CUDA out of memory) in the log), V(nccl) (an NCCL error or watchdog
+        timeout in the log), V(python_exception) (the last Python exception in the log), V(torchelastic) (torchelastic's error
+        file or torchrun's summary), V(stall) (an attempt the stall watchdog stopped, O(stall_action=restart)).
+      - Each end has one cause, the first of the classification that applies, for example V(torchelastic) before V(nccl) for a
+        worker that failed on an NCCL error under C(torchrun), V(python_exception) for a job a signal ended after it printed a
+        traceback.
+      - For example V([nccl, oom_kill, signal, torchelastic]) restarts what a restart may fix and ends a job that raised a
+        C(ValueError) at once.
+      - O(no_restart_exit_codes) still wins. An exit status V(0) under O(restart=always) is restarted whatever this says.
+      - Other than V([any]), refused with O(restart=never) (nothing to choose from) unless O(stall_action=restart); V(stall)
+        needs O(stall_action=restart), and O(stall_action=restart) needs V(stall) (or V(any)) here.
+    type: list
+    elements: str
+    choices: [any, exit_status, signal, oom_kill, cuda_oom, nccl, python_exception, torchelastic, stall]
+    default: [any]
+  restart_limit_window:
+    description:
+      - Seconds; when more than V(0), only the restarts of attempts that ended within that many seconds before now count
+        against O(restart_limit) and the backoff of O(restart_delay). V(0) (the default) counts every restart of the launch.
+      - For example O(restart_limit=3) with V(3600) - a 4th failure within an hour ends the job, one failure a day is
+        restarted for ever.
+      - C(TRAINOPS_ATTEMPT) counts every attempt all the same. A start at the container's boot (O(restart_on_boot)) counts every
+        restart of the launch (the boot does not know when the earlier attempts ended).
+    type: float
+    default: 0
   time_limit:
     description:
       - Wall-clock limit of the job in seconds, counted from its first start across all attempts; V(0) is none.
@@ -212,7 +249,7 @@ options:
       - What a stall does. V(record) only records and notifies it (a later progress line ends the stall).
         V(stop) sends C(SIGTERM) to the job's process group (C(SIGKILL) 30 s later); the end is recorded as V(stalled).
         V(restart) stops it the same way and restarts it (within O(restart_limit), whatever O(restart) says; past it the
-        end is V(stalled)).
+        end is V(stalled)); the attempt's cause is V(stall), which O(restart_on) must take.
     type: str
     choices: [record, stop, restart]
     default: record
@@ -442,6 +479,17 @@ EXAMPLES = r"""
     stall_pattern: 'step \d+'
     stall_action: restart
     notify_url: "{{ vault_webhook_url }}"
+
+- name: Restart only what a restart may fix, and stop a crash loop (a 4th failure within an hour), not a job failing once a day
+  trainops.pct_launch.tmux_session:
+    session_name: train
+    command: torchrun --nproc-per-node 4 train.py --resume-from-latest
+    chdir: /workspace
+    log_path: /workspace/train.log
+    restart: on_failure
+    restart_on: [nccl, oom_kill, signal, torchelastic]
+    restart_limit: 3
+    restart_limit_window: 3600
 
 - name: Start training and prove it in the same task (one pct exec when the first step comes within 10 s)
   trainops.pct_launch.tmux_session:

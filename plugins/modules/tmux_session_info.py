@@ -200,8 +200,11 @@ sessions:
       sample: python_exception
     reason:
       description:
-        - One line saying why the job ended, from the exit record; while V(running), the supervisor's (C(state.json)),
-          for example why it is V(stalled). Else null.
+        - "One line saying why the job ended, from the exit record; while V(running), the supervisor's (C(state.json)),
+          for example why it is V(stalled), or, while it waits to restart, why it restarts (C(attempt 1: NCCL error: ...;
+          restart 1 of 3: cause nccl is in restart_on)). Else null."
+        - "When a restart was asked for but not made, it ends saying why (C(; not restarted: cause python_exception is not in
+          restart_on), C(; not restarted: restart_limit 3 reached); O(trainops.pct_launch.tmux_session#module:restart_on))."
         - It names memory pressure met during the last attempt (docs/job-life.md, "A job near its memory limit"), for
           example C(the job stalled while its processes waited 12 s for memory (memory.pressure\)) and then why it stalled.
       type: str

@@ -55,6 +55,16 @@ def test_a_setting_changes_the_hash_and_the_summary_hides_the_url() -> None:
     ({"notify_lines": 500}, "Invalid notify_lines 500"),
     ({"restart_on_boot": True, "restart_limit": 0}, "Invalid restart_limit 0 with restart_on_boot: a start at the container's boot is a restart"),
     ({"notify_url_keep": True}, "Invalid notify_url_keep without notify_url"),
+    ({"restart_limit_window": -1}, "Invalid restart_limit_window -1: use 0 to 31622400 seconds (0: every restart counts)"),
+    ({"restart": "on_failure", "restart_on": ["nccl", "segfault"]},
+     "Invalid restart_on segfault: use any (the default) or some of exit_status, signal, oom_kill, cuda_oom, nccl, python_exception, "
+     "torchelastic, stall"),
+    ({"restart": "on_failure", "restart_on": []}, "Invalid restart_on []: give the causes to restart, or any (the default)"),
+    ({"restart": "on_failure", "restart_on": ["any", "nccl"]}, "Invalid restart_on any, nccl: any already restarts every cause"),
+    ({"restart_on": ["nccl"]}, "Invalid restart_on nccl with restart never: restart_on chooses which failures are restarted; set restart"),
+    ({"restart": "on_failure", "restart_on": ["stall"]}, "Invalid restart_on stall without stall_action restart"),
+    ({"restart": "on_failure", "restart_on": ["nccl", "signal"], "stall_action": "restart", "stall_timeout": 60},
+     "Invalid stall_action restart with restart_on nccl, signal: a stall would never be restarted; add stall to restart_on"),
     ({"restart_on_boot": True, "env": {"TOKEN": "x", "KEY": "y"}}, "Invalid env (KEY, TOKEN) together with restart_on_boot: the values of env"),
 ])
 def test_bad_settings_are_refused_naming_the_option(params: dict[str, t.Any], words: str) -> None:
@@ -79,3 +89,11 @@ def test_restart_on_boot_takes_public_values_and_is_part_of_the_spec() -> None:
     assert L.spec_hash(spec) != L.spec_hash(L.spec_from_params(dict(BASE, public_env={"EPOCHS": "3"})))
     kept = L.spec_from_params(dict(BASE, notify_url="https://hooks.example/T", notify_url_keep=True))
     assert changed_settings(kept.supervise)["notify_url_keep"] is True
+
+
+def test_restart_on_and_its_window_reach_job_json_and_change_the_hash() -> None:
+    spec = L.spec_from_params(dict(BASE, restart="on_failure", restart_on=["nccl", "oom_kill", "nccl"], restart_limit_window=3600))
+    assert changed_settings(spec.supervise) == {"restart": "on_failure", "restart_on": ["nccl", "oom_kill"], "restart_limit_window": 3600}
+    assert L.spec_hash(spec) != L.spec_hash(L.spec_from_params(dict(BASE, restart="on_failure")))
+    stalls = L.spec_from_params(dict(BASE, restart_on=["stall"], stall_action="restart", stall_timeout=60))
+    assert dict(stalls.supervise)["restart_on"] == ("stall",), "restart never: only the watchdog's restarts, by their cause"

@@ -140,10 +140,61 @@ def test_restart_delay_backs_off_up_to_its_maximum() -> None:
 @pytest.mark.parametrize(("ended", "status", "expected"), [
     ({"stopped": True}, 1, False), ({"signalled": True}, 1, False), ({"timed_out": True}, 1, False),
     ({"shutdown": "PID 1 was systemd-shutdown"}, 143, False), ({"shutdown": None}, 143, True),
-    ({"stall_restart": True}, 143, True), ({"stalled": True}, 143, False), ({}, 1, True), ({}, 0, False),
+    ({"stall_restart": True}, 143, True), ({"stalled": True}, 143, True), ({}, 1, True), ({}, 0, False),
 ])
 def test_what_is_restarted_under_on_failure(ended: dict[str, bool], status: int, expected: bool) -> None:
+    """A stall only recorded (stall_action record) is no reason not to restart the failure that follows it."""
     assert wants_restart(dict(DEFAULTS, restart="on_failure"), status, ended, 0) is expected
+    assert wants_restart(dict(DEFAULTS, restart="on_failure", stall_action="stop"), 143, {"stalled": True}, 0) is False
+
+
+RAISES = f'"{sys.executable}" -c "raise ValueError(\'bad learning rate\')"'
+
+
+def test_a_cause_not_in_restart_on_ends_the_job_at_once_and_the_end_says_why(tmp_path: Path) -> None:
+    job = Job(tmp_path, RAISES, restart="on_failure", restart_on=["nccl", "oom_kill"], restart_delay=0.05)
+    assert job.run() == 1
+    record = job.record()
+    assert (record["attempts"], record["end_state"], record["cause"]) == ("1", "failed", "python_exception")
+    assert record["reason"] == ("ValueError: bad learning rate (the last Python exception in the log; exit status 1)"
+                                "; not restarted: cause python_exception is not in restart_on")
+    assert job.history_lines()[-1]["reason"] == record["reason"]
+    assert [(e["event"], e["reason"]) for e in job.events()] == [("started", None), ("failed", record["reason"])]
+
+
+def test_a_cause_in_restart_on_is_restarted_and_the_restarted_event_says_why(tmp_path: Path) -> None:
+    job = Job(tmp_path, "echo attempt $TRAINOPS_ATTEMPT; kill -KILL $$", restart="on_failure", restart_on=["signal"], restart_limit=1,
+              restart_delay=0.05)
+    assert job.run() == 137
+    record = job.record()
+    assert (record["attempts"], record["cause"], record["signal"]) == ("2", "signal", "KILL")
+    assert record["reason"] == "killed by signal KILL; not restarted: restart_limit 1 reached"
+    events = job.events()
+    assert [e["event"] for e in events] == ["started", "restarted", "failed"]
+    restarted = events[1]
+    assert restarted["reason"] == "attempt 1: killed by signal KILL; restart 1 of 1: cause signal is in restart_on"
+    assert (restarted["attempt"], restarted["cause"], restarted["exit_status"], restarted["end_state"]) == (2, "signal", 137, None)
+
+
+def test_a_crash_loop_ends_at_the_limit_within_the_window(tmp_path: Path) -> None:
+    job = Job(tmp_path, "exit 3", restart="on_failure", restart_limit=2, restart_limit_window=3600, restart_delay=0.05)
+    assert job.run() == 3
+    record = job.record()
+    assert (record["attempts"], record["end_state"]) == ("3", "failed")
+    assert record["reason"] == "exit status 3; not restarted: restart_limit 2 reached within restart_limit_window 3600 s"
+
+
+def test_failures_further_apart_than_the_window_are_restarted_past_the_limit_without_backoff(tmp_path: Path) -> None:
+    job = Job(tmp_path, '[ "$TRAINOPS_ATTEMPT" -ge 5 ] && exit 0; exit 3', restart="on_failure", restart_limit=2,
+              restart_limit_window=0.5, restart_delay=0.6, restart_backoff=2)
+    assert job.run() == 0
+    assert (job.record()["attempts"], job.record()["end_state"]) == ("5", "finished")
+    assert [line.rsplit(" ", 1)[-1] for line in job.log_lines() if "restart_in=" in line] == ["restart_in=0.6s"] * 4
+    reasons = [e["reason"] for e in job.events() if e["event"] == "restarted"]
+    assert reasons == ["attempt 1: exit status 3; restart 1 of 2 within 0.5 s: restart on_failure",
+                       "attempt 2: exit status 3; restart 1 of 2 within 0.5 s: restart on_failure",
+                       "attempt 3: exit status 3; restart 1 of 2 within 0.5 s: restart on_failure",
+                       "attempt 4: exit status 3; restart 1 of 2 within 0.5 s: restart on_failure"]
 
 
 def test_the_env_values_reach_every_attempt_and_their_file_is_gone_before_the_first(tmp_path: Path) -> None:
@@ -191,7 +242,9 @@ def test_a_stall_restart_counts_against_the_restart_limit(tmp_path: Path) -> Non
               stall_action="restart", restart_limit=1, restart_delay=0.05)
     assert job.run() == 143
     assert (job.record()["attempts"], job.record()["end_state"]) == ("2", "stalled")
+    assert job.record()["reason"].endswith("(stall_timeout), stopped by the watchdog; not restarted: restart_limit 1 reached")
     assert [e["event"] for e in job.events()] == ["started", "stalled", "restarted", "stalled", "failed"]
+    assert job.events()[2]["reason"].endswith("stopped by the watchdog; restart 1 of 1: stall_action restart")
 
 
 def test_a_stop_during_the_restart_delay_ends_the_job_at_once(tmp_path: Path) -> None:
@@ -199,10 +252,12 @@ def test_a_stop_during_the_restart_delay_ends_the_job_at_once(tmp_path: Path) ->
     with job.start() as proc:
         _wait_for(lambda: (job.run_dir / "state.json").exists() and job.state()["state"] == "restarting")
         assert job.state()["next_restart_at"] is not None
+        assert job.state()["reason"] == "attempt 1: exit status 4; restart 1 of 3: restart on_failure", "why it waits to restart"
         (job.run_dir / "stop_requested").write_text("TERM\n", encoding="ascii")
         assert proc.wait(timeout=5) == 4
     record = job.record()
     assert (record["end_state"], record["stopped_by"], record["attempts"]) == ("stopped", "trainops", "1")
+    assert record["reason"] == "stopped by trainops (exit status 4)", "the stop's words, no restart's"
 
 
 def test_a_hangup_of_the_pane_is_not_restarted(tmp_path: Path) -> None:

@@ -101,6 +101,36 @@ def test_the_options_for_the_next_boot_are_refused_where_they_cannot_work(monkey
     assert launches.calls == []
 
 
+def test_restart_on_and_its_window_are_options_with_their_choices() -> None:
+    spec = tmux_session.ARGUMENT_SPEC
+    assert spec["restart_on"] == {"type": "list", "elements": "str", "default": ["any"],
+                                  "choices": ["any", "exit_status", "signal", "oom_kill", "cuda_oom", "nccl", "python_exception", "torchelastic",
+                                              "stall"]}
+    assert spec["restart_limit_window"] == {"type": "float", "default": 0}
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"restart": "on_failure", "restart_on": ["nccl", "segfault"]}, "value of restart_on must be one or more of: any, exit_status"),
+    ({"restart_on": ["nccl"]}, "Invalid restart_on nccl with restart never"),
+    ({"restart": "on_failure", "restart_limit_window": -5}, "Invalid restart_limit_window -5"),
+])
+def test_bad_restart_settings_fail_before_anything_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                        change: dict[str, t.Any], fragment: str) -> None:
+    launches = Launches()
+    result = run(monkeypatch, capsys, {**ARGS, **change}, launches)
+    assert result["failed"] and fragment in result["msg"], result["msg"]
+    assert launches.calls == []
+
+
+def test_restart_on_and_its_window_reach_the_supervisor(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    launches = Launches({"before_state": "absent", "result": "started", "pane_pid": "42", "state": "running"})
+    args = {**ARGS, "restart": "on_failure", "restart_on": ["nccl", "oom_kill", "signal", "torchelastic"], "restart_limit_window": "3600"}
+    assert run(monkeypatch, capsys, args, launches)["changed"]
+    [(spec, _check)] = launches.calls
+    assert dict(spec.supervise)["restart_on"] == ("nccl", "oom_kill", "signal", "torchelastic")
+    assert dict(spec.supervise)["restart_limit_window"] == 3600.0
+
+
 def test_a_launch_by_root_may_ask_for_the_next_boot(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(_tmux_run, "run_root", lambda: _tmux_run.RUN_ROOT)
     launches = Launches({"before_state": "absent", "result": "started", "pane_pid": "42", "state": "running"})
