@@ -6,10 +6,12 @@ The supervisor (``_job_supervise``, in the job's pane in the target) makes a ``N
 ``job.json``, calls ``send(event)`` on each state change and ``close()`` at the job's end. Each event goes out in a
 daemon thread of its own, so a notifier that fails or hangs never delays or harms the job; each failure is one line
 in ``RUN_DIR/notify.log``, which never names the URL (webhook URLs hold tokens). ``validate`` checks the settings
-before the launch. Like the supervisor, this file imports nothing of the collection but ``_job_layout`` and works with Python 3.7 or later.
+before the launch. Like the supervisor, this file imports nothing of the collection but ``_job_layout`` and
+``_notify_format`` and works with Python 3.7 or later.
 
-The caller builds the event (docs/job-life.md: ``log_tail`` holds the log's last ``notify_lines`` lines); it is sent
-as it is, as JSON, with the values JSON cannot hold as their str().
+The caller builds the event (docs/job-life.md: ``log_tail`` holds the log's last ``notify_lines`` lines).
+``notify_command`` reads it as JSON, with the values JSON cannot hold as their str(); ``notify_url`` gets the body
+and headers of ``notify_format`` (``_notify_format.request``: the same JSON for ``json``, the default).
 
 ``http.client``, ``ssl``, ``socket`` and ``urllib`` (about 24 ms of import, with the ``email`` package) are imported only
 for a ``notify_url``: by a ``Notifier`` that has one, and ``urllib.parse`` by the check of one; not by the supervisor or
@@ -29,6 +31,7 @@ import threading
 import time
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _notify_format
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import NOTIFY_LOG
 
 # lost: sent by the boot recorder (_job_boot) for a job its container's stop cut off
@@ -115,21 +118,13 @@ def validate(settings: t.Mapping[str, t.Any]) -> list[str]:
     command = settings.get("notify_command")
     if command is not None and not _is_argv(command):
         problems.append(_COMMAND_PROBLEM)
+    fmt = settings.get("notify_format") or "json"
+    if fmt not in _notify_format.FORMATS:
+        problems.append(f"Invalid notify_format {fmt}: use one of {', '.join(_notify_format.FORMATS)}")
     bad = [str(state) for state in _states(settings) if state not in STATES]
     if bad:
         problems.append(f"Invalid notify_states {', '.join(bad)}: use some of {', '.join(STATES)}")
     return problems
-
-
-def _encode(event: t.Mapping[str, t.Any]) -> bytes:
-    """The event as JSON (UTF-8); values JSON cannot hold become their str()."""
-    try:
-        text = json.dumps(event, default=str, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = json.dumps({str(key): str(value) for key, value in dict(event).items()}, ensure_ascii=False)
-    # A log line with bytes that are not UTF-8 holds surrogate escapes: backslashreplace writes each as "\udcXX",
-    # which is its JSON escape (it can only occur inside a JSON string), so the text stays valid UTF-8 JSON.
-    return text.encode("utf-8", "backslashreplace")
 
 
 def _one_line(text: str) -> str:
@@ -192,15 +187,14 @@ def _error_cause(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _post_once(url: str, data: bytes) -> tuple[str | None, bool]:
+def _post_once(url: str, data: bytes, headers: t.Mapping[str, str]) -> tuple[str | None, bool]:
     """One POST: (None, False) for a status 200-299, else the cause and whether a retry may help."""
     import http.client  # pylint: disable=import-outside-toplevel  # only a webhook needs them
     import socket  # pylint: disable=import-outside-toplevel
     import urllib.error  # pylint: disable=import-outside-toplevel
     import urllib.request  # pylint: disable=import-outside-toplevel
 
-    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    request = urllib.request.Request(url, data=data, headers=dict(headers, **{"User-Agent": USER_AGENT}), method="POST")
     try:
         with _opener().open(request, timeout=URL_TIMEOUT):
             return None, False
@@ -220,6 +214,7 @@ class Notifier:
     def __init__(self, settings: t.Mapping[str, t.Any], run_dir: str) -> None:
         self.command = settings.get("notify_command")
         self.url = settings.get("notify_url")
+        self.format = settings.get("notify_format") or "json"
         self.states = {state for state in _states(settings) if isinstance(state, str)}
         self.log_path = os.path.join(run_dir, NOTIFY_LOG)
         self._lock = threading.Lock()
@@ -242,7 +237,8 @@ class Notifier:
             status = event.get("exit_status")
             env = {"TRAINOPS_EVENT": name, "TRAINOPS_SESSION_NAME": str(event.get("session_name") or "").replace("\0", ""),
                    "TRAINOPS_EXIT_STATUS": "" if status is None else str(status).replace("\0", "")}
-            self._queue.put((name, _encode(event), env))
+            post = _notify_format.request(self.format, event) if self.url is not None else None
+            self._queue.put((name, _notify_format.encode(event), env, post))
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name="notify", daemon=True)
                 self._worker.start()
@@ -273,15 +269,15 @@ class Notifier:
                 return
             self._deliver(*item)
 
-    def _deliver(self, name: str, data: bytes, env: dict[str, str]) -> None:
+    def _deliver(self, name: str, data: bytes, env: dict[str, str], post: tuple[bytes, dict[str, str]] | None) -> None:
         if self.command is not None:
             try:
                 self._run_command(name, data, env)
             except Exception as exc:  # pylint: disable=broad-exception-caught
                 self._log("notify_command", name, type(exc).__name__)
-        if self.url is not None:
+        if self.url is not None and post is not None:
             try:
-                self._post(name, data)
+                self._post(name, *post)
             except Exception as exc:  # pylint: disable=broad-exception-caught
                 self._log("notify_url", name, type(exc).__name__)
 
@@ -331,16 +327,16 @@ class Notifier:
         except OSError:
             return subprocess.DEVNULL
 
-    def _post(self, name: str, data: bytes) -> None:
-        """The event POSTed to notify_url, retried once after RETRY_DELAY when that may help."""
+    def _post(self, name: str, data: bytes, headers: t.Mapping[str, str]) -> None:
+        """The event's body of ``notify_format`` POSTed to notify_url, retried once after RETRY_DELAY when that may help."""
         problem = _url_problem(self.url)
         if problem:
             self._log("notify_url", name, f"not sent, the URL is invalid ({problem})")
             return
-        cause, retry = _post_once(self.url, data)
+        cause, retry = _post_once(self.url, data, headers)
         if cause and retry:
             time.sleep(RETRY_DELAY)
-            again, _retry = _post_once(self.url, data)
+            again, _retry = _post_once(self.url, data, headers)
             cause = again and (f"{again} (tried twice)" if again == cause else f"{again} (tried twice; the first try: {cause})")
         if cause:
             self._log("notify_url", name, cause)

@@ -13,6 +13,7 @@ import re
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_notify import STATES, validate
+from ansible_collections.trainops.pct_launch.plugins.module_utils._notify_format import FORMATS
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import RESTART_ON
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise import DEFAULTS
 
@@ -37,6 +38,7 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "notify_url": {"type": "str", "no_log": True},
     "notify_states": {"type": "list", "elements": "str", "choices": list(STATES), "default": list(STATES)},
     "notify_lines": {"type": "int", "default": 10},
+    "notify_format": {"type": "str", "choices": list(FORMATS), "default": "json"},
     "notify_url_keep": {"type": "bool", "default": False},
     "restart_on_boot": {"type": "bool", "default": False},
 }

@@ -23,6 +23,7 @@ DEFAULTS: dict[str, t.Any] = {
     "time_limit": 0, "time_limit_signal": "TERM", "time_limit_grace": 30,
     "stall_timeout": 0, "stall_pattern": None, "stall_action": "record",
     "notify_command": None, "notify_url": None, "notify_states": list(_job_notify.STATES), "notify_lines": 10,
+    "notify_format": "json",
     # the container's next boot (_job_boot): start a job it cut off again; keep notify_url for its lost event
     "restart_on_boot": False, "notify_url_keep": False,
 }

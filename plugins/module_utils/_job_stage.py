@@ -32,6 +32,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils import (
     _job_shutdown,
     _job_supervise,
     _job_watch,
+    _notify_format,
     _supervisor_entry,
 )
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LIB_DIR, SUPERVISOR_FILE
@@ -39,7 +40,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process i
 
 # every module the supervisor imports, and those they import (a unit test imports them from the staged copy alone)
 PROGRAM: tuple[types.ModuleType, ...] = (_job_supervise, _job_restart, _job_watch, _job_end, _job_memory, _job_shutdown, _job_notify,
-                                         _job_history, _job_live, _job_process, _job_layout)
+                                         _job_history, _job_live, _job_process, _job_layout, _notify_format)
 PACKAGE = ("ansible_collections", "trainops", "pct_launch", "plugins", "module_utils")
 
 

@@ -11,7 +11,8 @@ between), so no log line can close the block.
 
 The rules of each service, and where they are written:
 
-- ``json``: the event as ``_job_notify`` sends it: JSON in UTF-8, values JSON cannot hold as their str().
+- ``json``: the event itself (``encode``, also what ``notify_command`` reads): JSON in UTF-8, values JSON cannot hold
+  as their str().
 - ``slack``: an incoming webhook needs ``text`` (the words of the notification), or ``blocks``; up to 50 blocks, a
   section's text up to 3000 characters; ``&``, ``<`` and ``>`` are escaped.
   https://docs.slack.dev/messaging/sending-messages-using-incoming-webhooks,
@@ -71,8 +72,8 @@ _VISIBLE.update(dict.fromkeys(range(0x80, 0xA0), "\ufffd"))
 _VISIBLE.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
 
 
-def _dumps(value: t.Any) -> bytes:
-    """``value`` as JSON in UTF-8, as ``_job_notify._encode`` writes an event: values JSON cannot hold become their
+def encode(value: t.Any) -> bytes:
+    """``value`` as JSON in UTF-8 (an event for ``notify_command``, a body): values JSON cannot hold become their
     str() (every value, when that fails too); a lone surrogate (from a log's bytes that are not UTF-8) is written
     as its JSON escape, so the bytes stay valid UTF-8 JSON."""
     try:
@@ -198,7 +199,7 @@ def _teams(event: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
         card = {"$schema": "http://adaptivecards.io/schemas/adaptive-card.json", "type": "AdaptiveCard", "version": "1.2", "body": body}
         return {"type": "message", "attachments": [{"contentType": ADAPTIVE_CARD, "contentUrl": None, "content": card}]}
 
-    return message(_fit(_tail(event), lambda lines: len(_dumps(message(lines))) <= TEAMS_BYTES))
+    return message(_fit(_tail(event), lambda lines: len(encode(message(lines))) <= TEAMS_BYTES))
 
 
 def _gotify(event: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
@@ -240,11 +241,11 @@ _JSON_BODIES: dict[str, t.Callable[[t.Mapping[str, t.Any]], t.Any]] = {
 def request(fmt: str, event: t.Mapping[str, t.Any]) -> tuple[bytes, dict[str, str]]:
     """The body and the headers (``Content-Type`` always) that bring ``event`` to a service of ``fmt``, one of FORMATS.
 
-    ``json`` is the event itself, byte for byte what ``_job_notify`` sent before ``notify_format``. Raises ValueError
+    ``json`` is the event itself, as ``notify_command`` gets it (``encode``), as before ``notify_format``. Raises ValueError
     for another ``fmt``; any event (a mapping) gives a request within the service's limits.
     """
     if fmt == "ntfy":
         return _ntfy(event)
     if fmt != "json" and fmt not in _JSON_BODIES:
         raise ValueError(f"Invalid notify_format {fmt!r}: use one of {', '.join(FORMATS)}")
-    return _dumps(event if fmt == "json" else _JSON_BODIES[fmt](event)), {"Content-Type": JSON_TYPE}
+    return encode(event if fmt == "json" else _JSON_BODIES[fmt](event)), {"Content-Type": JSON_TYPE}

@@ -265,12 +265,28 @@ options:
     elements: str
   notify_url:
     description:
-      - A webhook - the event (as for O(notify_command)) is sent to it with C(POST), C(Content-Type application/json), from
-        the target, at each state change in O(notify_states); 10 s per try, one retry. An C(http://) or C(https://) URL.
+      - A webhook - the event is sent to it with C(POST), from the target, at each state change in O(notify_states), in
+        the body O(notify_format) says (the event as JSON, as for O(notify_command), by default); 10 s per try, one retry.
+        An C(http://) or C(https://) URL.
       - Treated as a secret (webhook URLs hold tokens) - never shown, never written to the log or C(notify.log).
       - While the job runs it is in the supervisor's C(RUN_DIR/job.json) (mode 0600, in C(/run), which a boot empties); it is
         kept for the container's next boot only with O(notify_url_keep).
     type: str
+  notify_format:
+    description:
+      - The body O(notify_url) gets, as the service behind it documents it.
+      - V(json) - the event itself (C(Content-Type application/json)), for a receiver of your own, n8n, Home Assistant.
+      - V(slack) (an incoming webhook - C(text) and C(blocks)), V(discord) (Execute Webhook - C(content), up to 2000
+        characters, mentions in the log ping nobody), V(mattermost) (an incoming webhook - C(text)), V(teams) (a Workflows
+        webhook - an Adaptive Card in C(attachments), up to 28 KB), V(gotify) (C(POST /message) - C(message), C(title),
+        C(priority); its token in the URL, C(?token=)), V(ntfy) (a plain text body with the C(X-Title), C(X-Tags) and
+        C(X-Priority) headers, up to 4096 bytes).
+      - Every format but V(json) starts with one line - host, session, event, attempt and reason - and adds the newest
+        log lines the service has room for (a code block where the service shows one).
+      - Other services - through O(notify_command), for example C(apprise) (docs/job-life.md, "Notifications").
+    type: str
+    choices: [json, slack, discord, mattermost, teams, gotify, ntfy]
+    default: json
   notify_url_keep:
     description:
       - Keep O(notify_url) in a root-only file in the container (C(/var/lib/trainops/jobs/NAME.notify), mode 0600) from the

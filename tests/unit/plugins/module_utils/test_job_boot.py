@@ -229,7 +229,7 @@ def test_no_lost_event_when_its_state_is_not_asked_for(target: Target) -> None:
 
 def test_a_notify_url_not_kept_calls_nobody_and_notify_log_says_why(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
     posted: list[tuple[str, bytes]] = []
-    monkeypatch.setattr(_job_notify, "_post_once", lambda url, data: posted.append((url, data)) or (None, False))
+    monkeypatch.setattr(_job_notify, "_post_once", lambda url, data, headers: posted.append((url, data)) or (None, False))
     target.launched(notify_url="https://hooks.example/T0KEN")
     target.boot()
     assert posted == []
@@ -240,7 +240,7 @@ def test_a_notify_url_not_kept_calls_nobody_and_notify_log_says_why(target: Targ
 
 def test_a_kept_notify_url_gets_the_lost_event(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
     posted: list[tuple[str, bytes]] = []
-    monkeypatch.setattr(_job_notify, "_post_once", lambda url, data: posted.append((url, data)) or (None, False))
+    monkeypatch.setattr(_job_notify, "_post_once", lambda url, data, headers: posted.append((url, data)) or (None, False))
     target.launched(notify_url="https://hooks.example/T0KEN", notify_url_keep=True)
     target.boot()
     ((url, data),) = posted

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_notify
-from ansible_collections.trainops.pct_launch.plugins.module_utils._notify_format import FORMATS, request, summary
+from ansible_collections.trainops.pct_launch.plugins.module_utils._notify_format import FORMATS, encode, request, summary
 from tests.integration.notify_receivers import decoded, receiver
 
 ZWSP = "\u200b"
@@ -98,8 +98,18 @@ def test_formats() -> None:
 
 @pytest.mark.parametrize("event", [STARTED, FAILED, LOST, BARE, {"time": float("nan"), "odd": {1, 2}, 3: b"\xff", "tail": ["\udcff"]}],
                          ids=["started", "failed", "lost", "bare", "not_json"])
-def test_json_is_the_event_as_job_notify_encodes_it(event: dict[str, t.Any]) -> None:
-    assert request("json", event) == (_job_notify._encode(event), {"Content-Type": "application/json"})  # pylint: disable=protected-access
+def test_json_is_the_event_itself_as_notify_command_reads_it(event: dict[str, t.Any]) -> None:
+    body, headers = request("json", event)
+    assert (body, headers) == (encode(event), {"Content-Type": "application/json"})
+    parsed = json.loads(body.decode("utf-8"))  # valid UTF-8 JSON whatever the values
+    assert set(parsed) == {str(key) for key in event}
+    if event is not BARE and all(isinstance(value, (str, int, list, type(None))) for value in event.values()):
+        assert parsed == event
+
+
+def test_json_values_json_cannot_hold_become_their_str() -> None:
+    assert encode({"odd": {1}, "tail": ["\udcff", "ok \u00e9"]}) == b'{"odd": "{1}", "tail": ["\\udcff", "ok \xc3\xa9"]}'
+    assert json.loads(encode({"time": float("nan"), "n": 1})) == {"time": "nan", "n": "1"}  # NaN: every value its str()
 
 
 def test_summary() -> None:
@@ -250,3 +260,29 @@ def test_gotify_needs_its_token() -> None:
         got = post(url.split("?", 1)[0], json.dumps({"message": "m"}).encode(), {"Content-Type": "application/json"})
         bearer = post(url.split("?", 1)[0], json.dumps({"message": "m"}).encode(), {"Authorization": "Bearer AppT0ken.gotify"})
     assert got[0] == 401 and json.loads(got[1])["error"] == "Unauthorized" and bearer[0] == 200 and len(received) == 1
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_notifier_posts_each_format_its_service_takes(fmt: str, tmp_path: t.Any) -> None:
+    """The supervisor's Notifier with ``notify_format``: the receiver of that service takes every event, and
+    notify.log stays empty; a notify_command still reads the event as JSON."""
+    out = tmp_path / "command.json"
+    with receiver(fmt) as (url, received):
+        notifier = _job_notify.Notifier({"notify_url": url, "notify_format": fmt, "notify_command": ["sh", "-c", f"cat > {out}"],
+                                         "notify_states": list(_job_notify.STATES)}, str(tmp_path))
+        for event in (STARTED, FAILED, LOST):
+            notifier.send(event)
+        notifier.close(30)
+    log = (tmp_path / "notify.log").read_text(encoding="utf-8") if (tmp_path / "notify.log").exists() else ""
+    assert len(received) == 3 and log == "", (log, received)  # the command's output goes there too: it has none
+    assert json.loads(out.read_text(encoding="utf-8"))["event"] == LOST["event"]
+
+
+def test_a_body_the_service_refuses_is_a_line_in_notify_log(tmp_path: t.Any) -> None:
+    with receiver("slack") as (url, received):
+        notifier = _job_notify.Notifier({"notify_url": url, "notify_format": "json", "notify_states": ["failed"]}, str(tmp_path))
+        notifier.send(FAILED)
+        notifier.close(30)
+    assert received == []
+    line = (tmp_path / "notify.log").read_text(encoding="utf-8")
+    assert " notify_url failed failed: HTTP status 400" in line and url not in line, line
