@@ -64,34 +64,37 @@ def stage_recorder(boot_dir: str) -> str | None:
     return None
 
 
-def live_record(spec: LaunchSpec, job: t.Mapping[str, t.Any], env: t.Mapping[str, str], summary: str) -> dict[str, t.Any]:
-    """The live record of a start: ``job.json`` without ``notify_url``, and what a start at boot needs."""
+def live_record(spec: LaunchSpec, job: t.Mapping[str, t.Any], env: t.Mapping[str, str], summary: str,
+                url: str | None = None) -> dict[str, t.Any]:
+    """The live record of a start: ``job.json`` (which never holds ``notify_url``, ``url``), and what a start at boot needs."""
     supervise = dict(job.get("supervise") or {})
     record: dict[str, t.Any] = {
         "format": _job_live.FORMAT, "session_name": spec.session_name, "started_at": job["started_at"], "log_path": spec.log_path,
         "host": job.get("host"), "history_path": job.get("history_path"), "run_dir": spec.run_dir,
         "boot": _job_live.boot_key(), "boot_at": _job_live.boot_time(), "state": "starting", "since": job["started_at"], "attempt": 0,
         "boot_restarts": 0, "restart_on_boot": bool(supervise.get("restart_on_boot")),
-        "notify_url_set": supervise.get("notify_url") is not None, "notify_url_kept": bool(supervise.get("notify_url_keep")),
+        "notify_url_set": url is not None or supervise.get("notify_url") is not None, "notify_url_kept": bool(supervise.get("notify_url_keep")),
         "job": dict(job, supervise=dict(supervise, notify_url=None), live=None)}
     if record["restart_on_boot"]:
         record.update(env=dict(env), tmux={"spec": spec_hash(spec), "command": display_command(spec), "summary": summary})
     return record
 
 
-def keep(spec: LaunchSpec, job: t.Mapping[str, t.Any], env: t.Mapping[str, str], summary: str) -> tuple[str | None, str | None]:
+def keep(spec: LaunchSpec, job: t.Mapping[str, t.Any], env: t.Mapping[str, str], summary: str,
+         url: str | None) -> tuple[str | None, str | None]:
     """Stage the recorder and write the live record of this start: (the record's path, None), or (None, what failed).
 
     ``env``: the job's env values (those of ``public_env`` and the GPUs' only: ``restart_on_boot`` refuses ``env``
-    values); ``summary``: the text of ``RUN_DIR/spec``.
+    values); ``summary``: the text of ``RUN_DIR/spec``; ``url``: the launch's ``notify_url`` (job.json has none), kept
+    beside the record only with ``notify_url_keep``.
     """
     where = places(spec)
     if where is None:
         return None, None
     live_dir, boot_dir = where
     path = _job_live.record_path(spec.session_name, live_dir)
-    record = live_record(spec, job, env, summary)
-    url = (job.get("supervise") or {}).get("notify_url") if record["notify_url_kept"] else None
+    record = live_record(spec, job, env, summary, url)
+    url = url if record["notify_url_kept"] else None
     failed = stage_recorder(boot_dir)
     if failed is None and not (_job_live.write(path, record) and _job_live.keep_url(path, url)):
         failed = path

@@ -71,6 +71,10 @@ LIB_DIR = "lib"
 JOB_FILE = "job.json"
 SPEC_FILE = "spec"
 ENV_FILE = "env"
+NOTIFY_URL_FILE = "notify_url"
+# what holds secret values in RUN_DIR: written by the start (mode 0600), read and deleted by the supervisor before the
+# job starts, and deleted by the start itself when it fails
+SECRET_FILES = (ENV_FILE, NOTIFY_URL_FILE)
 LOG_PATH_FILE = "log_path"
 LOCK_FILE = "launch.lock"
 PGID_FILE = "pgid"
@@ -81,7 +85,7 @@ NOTIFY_LOG = "notify.log"
 EXIT_FILE = "exit"
 EXIT_SUFFIX = ".exit"
 # the files of a launch's life that each start removes first
-LEFTOVERS = (PGID_FILE, STOP_FILE, ENV_FILE, EXIT_FILE, PROVEN_FILE, STATE_FILE)
+LEFTOVERS = (PGID_FILE, STOP_FILE, ENV_FILE, NOTIFY_URL_FILE, EXIT_FILE, PROVEN_FILE, STATE_FILE)
 
 ROOT_HISTORY = "/var/lib/trainops/history.jsonl"
 USER_HISTORY = (".local", "state", "trainops", "history.jsonl")

@@ -5,7 +5,8 @@
 The supervisor (``_job_supervise``, run in the pane by ``RUN_DIR/supervisor.py``, which is ``_supervisor_entry.py``)
 is the job's parent; this file is what it does to the job's process, not the supervisor itself: it reads
 ``RUN_DIR/job.json`` (``load_job``: session_name, log_path, argv, chdir, venv, user, started_at, host, supervise)
-and ``RUN_DIR/env`` (``read_env``: the job's env values as JSON, mode 0600, deleted before the job starts), starts
+and ``RUN_DIR/env`` and ``RUN_DIR/notify_url`` (``read_env``, ``read_notify_url``: the job's env values as JSON and
+its webhook, the secrets of its launch, mode 0600, deleted before the job starts), starts
 each attempt of the job in a new session and process group of its own (``RUN_DIR/pgid``) with standard input
 ``/dev/null`` and its output appended to the log (``start_job``), forwards TERM, INT and HUP to that group, and
 waits for it. It is staged in ``RUN_DIR/lib`` with the supervisor (``_job_stage``), imports only ``_job_layout``
@@ -34,6 +35,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout im
     EXIT_SUFFIX,
     JOB_FILE,
     LOG_PATH_FILE,
+    NOTIFY_URL_FILE,
     PGID_FILE,
     STOP_FILE,
 )
@@ -169,6 +171,21 @@ def read_env(run_dir: str) -> dict[str, str]:
     except OSError:
         pass
     return {str(k): str(v) for k, v in values.items()} if isinstance(values, dict) else {}
+
+
+def read_notify_url(run_dir: str) -> str | None:
+    """The job's ``notify_url`` (``RUN_DIR/notify_url``), or None; the file is deleted at once, as ``env``'s."""
+    path = os.path.join(run_dir, NOTIFY_URL_FILE)
+    try:
+        with open(path, "rb") as handle:
+            url = handle.read(65536).decode("utf-8", "surrogateescape").strip()
+    except OSError:
+        url = ""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return url or None
 
 
 def job_environment(job: t.Mapping[str, t.Any], home: str, env: t.Mapping[str, str]) -> dict[str, str]:

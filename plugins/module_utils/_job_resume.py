@@ -8,8 +8,8 @@ for one a clean shutdown ended (its supervisor recorded ``stopped``, ``shutdown`
 ``restart_limit`` (a start at boot is a restart) and what is left of ``time_limit`` (``refusal``), the history gets a
 ``boot_restart`` line of the launch first (it opens an ended launch again), then ``start`` leaves ``RUN_DIR`` as a
 launch does (``_tmux_job``): the supervisor staged (``_job_stage``), ``job.json`` from the live record with ``resume``
-(the attempt to start and the seconds of ``time_limit`` used so far) and the ``notify_url`` kept by
-``notify_url_keep``, the spec's summary, ``log_path``, and ``env`` with the values the launch kept (``public_env`` and
+(the attempt to start and the seconds of ``time_limit`` used so far), ``notify_url`` with the URL kept by
+``notify_url_keep`` (read and deleted by the supervisor, as ``env``), the spec's summary, ``log_path``, and ``env`` with the values the launch kept (``public_env`` and
 the GPUs' ``CUDA_VISIBLE_DEVICES``: a launch with ``env`` values cannot ask for ``restart_on_boot``), which the
 supervisor deletes before the job starts. ``LOG.exit`` of a clean shutdown's end goes (the job runs again; the
 history keeps that end). Then the live record, with this boot, and the tmux session with the launch's options (its
@@ -30,7 +30,7 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_history, _job_live, _job_lost
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import ENV_FILE, EXIT_SUFFIX, JOB_FILE, LEFTOVERS, LOG_PATH_FILE
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import SPEC_FILE
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import NOTIFY_URL_FILE, SECRET_FILES, SPEC_FILE
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import OPT_COMMAND, OPT_LOG, OPT_LOG_FROM, OPT_SPEC, OPT_STARTED_AT
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import SUPERVISOR_FILE
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import now, write_whole
@@ -56,16 +56,17 @@ def _fresh_run_dir(run_dir: str) -> str | None:
     return None
 
 
-def job_file(record: t.Mapping[str, t.Any], path: str, attempt: int, elapsed: float, url: str | None) -> dict[str, t.Any]:
-    """``job.json`` of the start at boot: the launch's, its live record, ``resume`` and the kept ``notify_url``."""
+def job_file(record: t.Mapping[str, t.Any], path: str, attempt: int, elapsed: float) -> dict[str, t.Any]:
+    """``job.json`` of the start at boot: the launch's, its live record and ``resume`` (never ``notify_url``)."""
     job = dict(record.get("job") or {})
-    job["supervise"] = dict(job.get("supervise") or {}, notify_url=url)
+    job["supervise"] = dict(job.get("supervise") or {}, notify_url=None)
     job.update(live=path, resume={"attempt": attempt, "elapsed": round(elapsed, 3)})
     return job
 
 
-def write_files(record: t.Mapping[str, t.Any], job: t.Mapping[str, t.Any]) -> str | None:
-    """``RUN_DIR``'s files of the start; None, or why they could not be written."""
+def write_files(record: t.Mapping[str, t.Any], job: t.Mapping[str, t.Any], url: str | None = None) -> str | None:
+    """``RUN_DIR``'s files of the start (``url``: the kept ``notify_url``, in ``RUN_DIR/notify_url`` until the supervisor
+    reads it); None, or why they could not be written."""
     run_dir = str(record["run_dir"])
     failed = _fresh_run_dir(run_dir)
     if failed is not None:
@@ -78,10 +79,12 @@ def write_files(record: t.Mapping[str, t.Any], job: t.Mapping[str, t.Any]) -> st
              (LOG_PATH_FILE, str(record.get("log_path") or ""))]
     if record.get("env"):
         files.append((ENV_FILE, json.dumps(record["env"], ensure_ascii=False)))
+    if url is not None:
+        files.append((NOTIFY_URL_FILE, url))
     _remove(str(record.get("log_path") or "") + EXIT_SUFFIX)  # a clean shutdown's end: the job runs again
     for name, text in files:
         if not write_whole(os.path.join(run_dir, name), text, 0o600):
-            _remove(os.path.join(run_dir, ENV_FILE))
+            _remove_secrets(run_dir)
             return f"cannot write {name} in {run_dir}"
     return None
 
@@ -105,14 +108,19 @@ def start(path: str, record: t.Mapping[str, t.Any], attempt: int, elapsed: float
         return "its launch kept nothing to start it with"
     if not Tmux().installed:
         return "tmux is not installed"
-    failed = write_files(record, job_file(record, path, attempt, elapsed, url))
+    failed = write_files(record, job_file(record, path, attempt, elapsed), url)
     if failed is None and not _job_live.write(path, dict(record, state="starting", since=now())):
         failed = f"cannot write {path}"
     if failed is None:
         failed = new_session(record, log_from)
     if failed is not None:
-        _remove(os.path.join(str(record["run_dir"]), ENV_FILE))
+        _remove_secrets(str(record["run_dir"]))
     return failed
+
+
+def _remove_secrets(run_dir: str) -> None:
+    for name in SECRET_FILES:
+        _remove(os.path.join(run_dir, name))
 
 
 def _remove(path: str) -> None:

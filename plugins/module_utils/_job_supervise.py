@@ -36,10 +36,11 @@ __all__ = ["DEFAULTS", "Supervisor", "policy_of", "restart_delay", "run", "wants
 class Supervisor:
     """A job's whole life in its pane."""
 
-    def __init__(self, run_dir: str, job: dict[str, t.Any], log: t.BinaryIO) -> None:
+    def __init__(self, run_dir: str, job: dict[str, t.Any], log: t.BinaryIO, notify_url: str | None = None) -> None:
+        """``notify_url``: the job's webhook, which job.json never holds (``process.read_notify_url``)."""
         self.run_dir, self.job, self.log = run_dir, job, log
         self.name, self.log_path = str(job["session_name"]), str(job["log_path"])
-        self.policy = policy_of(job)
+        self.policy = dict(policy_of(job), notify_url=notify_url)
         self.notifier = _job_notify.Notifier(self.policy, run_dir)
         self.first_start = time.monotonic()
         self.state: dict[str, t.Any] = {"state": "starting", "since": process.now(), "attempt": 0, "restarts": 0, "pid": None,
@@ -251,5 +252,6 @@ def run(run_dir: str) -> int:
     """Supervise the job of ``run_dir`` for its whole life; its last exit status."""
     job = process.load_job(run_dir)
     env = process.read_env(run_dir)  # deleted now, kept in memory for the restarts
+    url = process.read_notify_url(run_dir)  # the same
     with open(job["log_path"], "ab", buffering=0) as log:
-        return Supervisor(run_dir, job, log).run(env)
+        return Supervisor(run_dir, job, log, url).run(env)

@@ -24,6 +24,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_log impor
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_gpus import choose_gpus, gpu_lock, running_gpus
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import history_path
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import EARLIER_SUPERVISOR_FILES, ENV_FILE, JOB_FILE, LEFTOVERS, LOCK_FILE
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import NOTIFY_URL_FILE, SECRET_FILES
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, PGID_FILE, SPEC_FILE, STATE_FILE, SUPERVISOR_FILE
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import OPT_COMMAND, OPT_LOG, OPT_SPEC, OPT_STARTED_AT
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import hostname, now, read_exit_record, write_whole
@@ -83,28 +84,37 @@ def plan(spec: LaunchSpec, before: Before) -> str:
     return "start"
 
 
+def remove_secrets(run_dir: str) -> None:
+    """The secrets of a start that failed (its ``env`` values, its ``notify_url``) are gone."""
+    for name in SECRET_FILES:
+        remove_file(os.path.join(run_dir, name))
+
+
 def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping[str, t.Any]]) -> str | None:
     """``RUN_DIR``'s files of a start, and the live record for the next boot (``_boot_stage.keep``): its path, or None."""
     run_dir = spec.run_dir
     for leftover in LEFTOVERS + EARLIER_SUPERVISOR_FILES:  # parent.py: the supervisor of an earlier release
         remove_file(os.path.join(run_dir, leftover))
+    url = dict(spec.supervise).get("notify_url")  # a secret: in RUN_DIR/notify_url until the supervisor reads it, as env
     job = {"session_name": spec.session_name, "log_path": spec.log_path, "argv": job_argv(spec), "chdir": spec.chdir,
            "venv": spec.venv, "user": spec.user, "started_at": started_at, "host": hostname(),
-           "supervise": dict(spec.supervise), "history_path": history_path(), "gpus": [gpu["uuid"] for gpu in chosen]}
+           "supervise": dict(spec.supervise, notify_url=None), "history_path": history_path(), "gpus": [gpu["uuid"] for gpu in chosen]}
     failed = stage(run_dir)
     if failed is not None:
         raise JobError("start_failed", f"cannot write {failed}")
     summary = json.dumps(spec_summary(spec), sort_keys=True, ensure_ascii=True)
     env = dict(spec.env, **(environment(chosen) if chosen else {}))
-    job["live"], failed = keep(spec, job, env, summary)  # for the container's next boot (_boot_stage)
+    job["live"], failed = keep(spec, job, env, summary, url)  # for the container's next boot (_boot_stage)
     if failed is not None and (job["supervise"].get("restart_on_boot") or job["supervise"].get("notify_url_keep")):
         raise JobError("start_failed", f"{failed}, which restart_on_boot and notify_url_keep need")
     files = [(JOB_FILE, json.dumps(job, ensure_ascii=False)), (SPEC_FILE, summary), (LOG_PATH_FILE, spec.log_path or "")]
     if env:
         files.append((ENV_FILE, json.dumps(env, ensure_ascii=False)))
+    if url is not None:
+        files.append((NOTIFY_URL_FILE, url))
     for name, text in files:
         if not write_whole(os.path.join(run_dir, name), text, 0o600):
-            remove_file(os.path.join(run_dir, ENV_FILE))
+            remove_secrets(run_dir)
             discard(job["live"])
             raise JobError("start_failed", f"cannot write {name} in {run_dir}")
     return job["live"]
@@ -117,7 +127,7 @@ def _new_session(spec: LaunchSpec, target: Target, started_at: str) -> str:
                (OPT_LOG, spec.log_path or ""), (OPT_COMMAND, display_command(spec)))
     rc, pane_pid, err = target.tmux.new_session(spec.session_name, command, options)
     if rc != 0:
-        remove_file(os.path.join(spec.run_dir, ENV_FILE))
+        remove_secrets(spec.run_dir)
         raise JobError("start_failed", f"tmux new-session failed: {err.strip()}")
     return pane_pid
 

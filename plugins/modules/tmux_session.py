@@ -269,8 +269,9 @@ options:
         the body O(notify_format) says (the event as JSON, as for O(notify_command), by default); 10 s per try, one retry.
         An C(http://) or C(https://) URL.
       - Treated as a secret (webhook URLs hold tokens) - never shown, never written to the log or C(notify.log).
-      - While the job runs it is in the supervisor's C(RUN_DIR/job.json) (mode 0600, in C(/run), which a boot empties); it is
-        kept for the container's next boot only with O(notify_url_keep).
+      - It reaches the job's supervisor as the values of O(env) do - in a file of mode 0600 that the supervisor deletes before
+        the job starts - and is then held in its memory only, never in C(job.json); it is kept in a file for the
+        container's next boot only with O(notify_url_keep).
     type: str
   notify_format:
     description:

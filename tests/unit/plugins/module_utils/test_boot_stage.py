@@ -63,7 +63,7 @@ def test_only_a_launch_by_root_in_the_run_root_keeps_anything(tmp_path: Path, mo
 def test_keep_stages_the_recorder_and_writes_a_record_without_secrets(tmp_path: Path, places: tuple[Path, Path]) -> None:
     live, boot = places
     spec = _spec(tmp_path, notify_url=URL, notify_command=["logger", "-t", "train"])
-    path, failed = _boot_stage.keep(spec, _job(spec), {}, "{}")
+    path, failed = _boot_stage.keep(spec, _job(spec), {}, "{}", None)
     assert (path, failed) == (str(live / "train.json"), None)
     record = json.loads(Path(path).read_text(encoding="utf-8"))
     assert URL not in Path(path).read_text(encoding="utf-8") and "T0KEN" not in json.dumps(record)
@@ -82,19 +82,19 @@ def test_keep_stages_the_recorder_and_writes_a_record_without_secrets(tmp_path: 
 def test_the_url_is_kept_apart_only_with_notify_url_keep(tmp_path: Path, places: tuple[Path, Path]) -> None:
     live, _boot = places
     spec = _spec(tmp_path, notify_url=URL, notify_url_keep=True)
-    path, _failed = _boot_stage.keep(spec, _job(spec), {}, "{}")
+    path, _failed = _boot_stage.keep(spec, _job(spec), {}, "{}", URL)
     assert json.loads(Path(str(path)).read_text(encoding="utf-8"))["notify_url_kept"] is True
     assert (live / "train.notify").read_text(encoding="utf-8") == URL + "\n"
     assert stat.S_IMODE((live / "train.notify").stat().st_mode) == 0o600
     again = _spec(tmp_path, notify_url=URL)  # the next launch of the session does not keep it: the file goes
-    _boot_stage.keep(again, _job(again), {}, "{}")
+    _boot_stage.keep(again, _job(again), {}, "{}", URL)
     assert not (live / "train.notify").exists()
 
 
 def test_restart_on_boot_keeps_what_a_start_at_boot_needs(tmp_path: Path, places: tuple[Path, Path]) -> None:
     spec = _spec(tmp_path, public_env={"EPOCHS": "3"}, restart_on_boot=True)
     summary = json.dumps(spec_summary(spec), sort_keys=True)
-    path, _failed = _boot_stage.keep(spec, _job(spec), {"EPOCHS": "3", "CUDA_VISIBLE_DEVICES": "GPU-1"}, summary)
+    path, _failed = _boot_stage.keep(spec, _job(spec), {"EPOCHS": "3", "CUDA_VISIBLE_DEVICES": "GPU-1"}, summary, None)
     record = json.loads(Path(str(path)).read_text(encoding="utf-8"))
     assert record["restart_on_boot"] is True and record["env"] == {"EPOCHS": "3", "CUDA_VISIBLE_DEVICES": "GPU-1"}
     assert record["tmux"] == {"spec": spec_hash(spec), "command": "python train.py", "summary": summary}
@@ -103,21 +103,21 @@ def test_restart_on_boot_keeps_what_a_start_at_boot_needs(tmp_path: Path, places
 def test_a_record_that_cannot_be_written_leaves_no_earlier_one(tmp_path: Path, places: tuple[Path, Path]) -> None:
     live, boot = places
     spec = _spec(tmp_path)
-    assert _boot_stage.keep(spec, _job(spec), {}, "{}")[1] is None
+    assert _boot_stage.keep(spec, _job(spec), {}, "{}", None)[1] is None
     shutil.rmtree(boot)
     boot.write_text("a file where the folder should be", encoding="utf-8")
     later = dict(_job(spec), started_at="2026-03-02T10:00:00Z")
-    assert _boot_stage.keep(spec, later, {}, "{}") == (None, f"cannot write {boot}")
+    assert _boot_stage.keep(spec, later, {}, "{}", None) == (None, f"cannot write {boot}")
     assert not (live / "train.json").exists(), "the earlier launch's record must not speak for this one"
 
 
 def test_a_second_keep_leaves_the_staged_files_as_they_are(tmp_path: Path, places: tuple[Path, Path]) -> None:
     _live, boot = places
     spec = _spec(tmp_path)
-    _boot_stage.keep(spec, _job(spec), {}, "{}")
+    _boot_stage.keep(spec, _job(spec), {}, "{}", None)
     staged = _job_stage.program_files(str(boot), (_job_layout.BOOT_ENTRY, _boot_entry), _boot_stage.boot_program()[1])
     first = {path: os.lstat(path).st_mtime_ns for path, _text in staged}
-    _boot_stage.keep(spec, _job(spec), {}, "{}")
+    _boot_stage.keep(spec, _job(spec), {}, "{}", None)
     assert {path: os.lstat(path).st_mtime_ns for path in first} == first
 
 

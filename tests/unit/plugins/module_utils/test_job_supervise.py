@@ -20,6 +20,7 @@ import pytest
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_live, _job_stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise import DEFAULTS, restart_delay, wants_restart
+from tests.integration.notify_receivers import receiver
 
 STARTED_AT = "2026-01-01T00:00:00Z"
 
@@ -203,6 +204,25 @@ def test_the_env_values_reach_every_attempt_and_their_file_is_gone_before_the_fi
     (job.run_dir / "env").write_text(json.dumps({"SECRET_V": "it's $x", "RUN": str(job.run_dir)}), encoding="utf-8")
     assert job.run() == 1
     assert [line for line in job.log_lines() if line.startswith("v=")] == ["v=it's $x attempt=1 file=0", "v=it's $x attempt=2 file=0"]
+
+
+def test_the_notify_url_reaches_the_notifier_and_its_file_is_gone_before_the_job_starts(tmp_path: Path) -> None:
+    """``notify_url`` is in ``RUN_DIR/notify_url`` (job.json has none) until the supervisor reads it: no file holds it
+    while the job runs; every attempt's events reach it (a receiver on loopback)."""
+    with receiver("slack") as (url, received):
+        job = Job(tmp_path, 'ls "$RUN"; grep -rlF "$NEEDLE" "$RUN" || echo "no file holds it"; exit 1', env={"RUN": ""},
+                  restart="on_failure", restart_limit=1, restart_delay=0.05, notify_url=None, notify_format="slack")
+        (job.run_dir / "env").write_text(json.dumps({"RUN": str(job.run_dir), "NEEDLE": url}), encoding="utf-8")
+        (job.run_dir / "notify_url").write_text(url, encoding="utf-8")
+        assert job.run() == 1
+        _wait_for(lambda: len(received) >= 3)
+    lines = job.log_lines()
+    assert "notify_url" not in lines and lines.count("no file holds it") == 2, lines
+    texts = [json.loads(item["body"])["text"] for item in received]
+    assert texts == ["testhost job: started (attempt 1)",
+                     "testhost job: restarted (attempt 2): attempt 1: exit status 1; restart 1 of 1: restart on_failure",
+                     "testhost job: failed (attempt 2): exit status 1; not restarted: restart_limit 1 reached"], texts
+    assert url not in (job.run_dir / "job.json").read_text(encoding="utf-8")
 
 
 def test_the_time_limit_signals_then_kills_and_is_never_restarted(tmp_path: Path) -> None:
