@@ -23,8 +23,9 @@ from __future__ import annotations
 import functools
 import json
 import os
-import queue
 import pwd
+import queue
+import re
 import signal
 import subprocess
 import threading
@@ -206,6 +207,24 @@ def _post_once(url: str, data: bytes, headers: t.Mapping[str, str]) -> tuple[str
         return _error_cause(exc), not isinstance(_unwrap(exc), socket.timeout)  # a request that timed out may have arrived: not sent twice
     except Exception as exc:  # pylint: disable=broad-exception-caught  # anything else: not sent, never raised
         return _error_cause(exc), False
+
+
+_FAILURE_RE = re.compile(r"^(\S+) (notify_command|notify_url|notify) (\S+) failed: (.*)$")
+
+
+def failures(run_dir: str) -> tuple[int, str | None]:
+    """The notifier failures ``notify.log`` of ``run_dir`` holds (its own lines, not a command's output): how many,
+    and the last one in words (``notify_url, event failed, at T: HTTP status 400``), or None."""
+    try:
+        with open(os.path.join(run_dir, NOTIFY_LOG), "rb") as handle:
+            text = handle.read(LOG_LIMIT + 65536).decode("utf-8", "replace")
+    except OSError:
+        return 0, None
+    found = [match for match in map(_FAILURE_RE.match, text.splitlines()) if match]
+    if not found:
+        return 0, None
+    when, kind, name, cause = found[-1].groups()
+    return len(found), f"{kind}, event {name}, at {when}: {cause}"
 
 
 class Notifier:

@@ -20,6 +20,7 @@ import typing as t
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import as_int, as_text, history_path
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_history import read as read_history
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import name_and_log_errors
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_notify import failures
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import LOG_PATH_FILE, OPT_COMMAND, OPT_LOG, OPT_STARTED_AT, STATE_FILE, run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import exit_record_path, read_exit_record
 from ansible_collections.trainops.pct_launch.plugins.module_utils._log_poll import tail
@@ -60,6 +61,8 @@ def _files(facts: dict[str, t.Any], log_path: str, run_dir: str | None, lines: i
     live = live_state(run_dir, log_path)
     if live is not None:
         facts["live"] = live
+    if run_dir and read_text(os.path.join(run_dir, LOG_PATH_FILE)) == log_path:
+        facts["notify"] = failures(run_dir)
     if os.path.isfile(log_path):
         facts["log_size"] = str(os.path.getsize(log_path))
         facts["line"] = [show(line[:MAX_LINE_BYTES]) for line in tail(log_path, lines)]
@@ -210,5 +213,7 @@ def session_entry(facts: t.Mapping[str, t.Any], now: float | None = None) -> dic
         "log_path": facts.get("log_path") or None,
         "log_size": to_int(facts.get("log_size")),
         "log_tail": [line.rstrip("\r") for line in facts.get("line", [])],
+        "notify_failures": (facts.get("notify") or (0, None))[0],
+        "notify_failure": (facts.get("notify") or (0, None))[1],
         **life(facts, now),
     }

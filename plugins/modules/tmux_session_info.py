@@ -159,6 +159,19 @@ sessions:
       description: The last O(lines) lines of the log.
       type: list
       elements: str
+    notify_failures:
+      description:
+        - How many notifications of the launch could not be delivered (a C(notify_url) that answered an error or could not be
+          reached, a C(notify_command) that failed or hung), from C(RUN_DIR/notify.log); V(0) when none failed or the launch
+          has no run folder here.
+      type: int
+      sample: 2
+    notify_failure:
+      description:
+        - The last of them in words (never the URL) - C(notify_url, event failed, at 2026-12-01T10:00:00Z: HTTP status 400),
+          or null.
+      type: str
+      sample: "notify_url, event failed, at 2026-12-01T10:00:00Z: HTTP status 400"
     attempts:
       description:
         - The job's attempt while V(running) (1, then 2 after the first restart), from the supervisor's C(state.json);

@@ -24,6 +24,7 @@ import pytest
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_notify
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_notify import STATES, Notifier, validate
+from tests.integration.notify_receivers import receiver
 
 TOKEN = "XOXBSECRETTOKEN123"
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (?P<kind>notify_command|notify_url) (?P<event>\S+) failed: (?P<cause>.*)$")
@@ -452,3 +453,22 @@ def test_events_arrive_in_the_order_they_were_sent(tmp_path: Path, server: _Serv
         notifier.send({"event": name, "attempt": number})
     notifier.close()
     assert [json.loads(request["body"].decode("utf-8"))["attempt"] for request in server.requests] == list(range(len(sent)))
+
+
+def test_failures_counts_the_notifiers_own_lines_and_words_the_last(tmp_path: Path) -> None:
+    assert _job_notify.failures(str(tmp_path)) == (0, None)
+    (tmp_path / "notify.log").write_text(
+        "2026-12-01T10:00:00Z notify_url started failed: HTTP status 400\n"
+        "output of a command: it failed: somehow\n"
+        "2026-12-01T10:00:05Z notify_command failed failed: exit status 3\n", encoding="utf-8")
+    assert _job_notify.failures(str(tmp_path)) == (2, "notify_command, event failed, at 2026-12-01T10:00:05Z: exit status 3")
+
+
+def test_failures_of_a_real_refusal_name_the_status_never_the_url(tmp_path: Path) -> None:
+    with receiver("discord") as (url, _received):
+        notifier = _job_notify.Notifier({"notify_url": url, "notify_states": ["failed"]}, str(tmp_path))  # json: Discord refuses it
+        notifier.send({"event": "failed", "session_name": "train"})
+        notifier.close(30)
+    count, last = _job_notify.failures(str(tmp_path))
+    assert count == 1 and last is not None and last.startswith("notify_url, event failed, at ") and last.endswith(": HTTP status 400")
+    assert url not in (tmp_path / "notify.log").read_text(encoding="utf-8")

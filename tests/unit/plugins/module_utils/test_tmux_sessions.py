@@ -173,7 +173,10 @@ def test_session_entry_finished() -> None:
         "stopped_by": "trainops", "log_path": "/w/t.log", "log_size": 10, "log_tail": ["a", "b"],
         "attempts": None, "end_state": None, "cause": None, "reason": None, "signal": None, "since": "2025-01-01T00:00:09Z",
         "supervisor_state": None, "last_output_at": None, "last_progress_at": None, "last_progress_age": None,
+        "notify_failures": 0, "notify_failure": None,
     }
+    failed = session_entry(dict(facts, notify=(2, "notify_url, event failed, at T: HTTP status 400")))
+    assert (failed["notify_failures"], failed["notify_failure"]) == (2, "notify_url, event failed, at T: HTTP status 400")
 
 
 def test_session_entry_running_unmanaged() -> None:
