@@ -491,7 +491,7 @@ EXAMPLES = r"""
     restart: on_failure
     restart_limit: 3
     time_limit: 43200
-    time_limit_signal: USR1
+    time_limit_signal: USR2
     stall_timeout: 900
     stall_pattern: 'step \d+'
     stall_action: restart
