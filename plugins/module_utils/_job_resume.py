@@ -9,9 +9,9 @@ for one a clean shutdown ended (its supervisor recorded ``stopped``, ``shutdown`
 ``boot_restart`` line of the launch first (it opens an ended launch again), then ``start`` leaves ``RUN_DIR`` as a
 launch does (``_tmux_job``): the supervisor staged (``_job_stage``), ``job.json`` from the live record with ``resume``
 (the attempt to start and the seconds of ``time_limit`` used so far), ``notify_url`` with the URL kept by
-``notify_url_keep`` (read and deleted by the supervisor, as ``env``), the spec's summary, ``log_path``, and ``env`` with the values the launch kept (``public_env`` and
-the GPUs' ``CUDA_VISIBLE_DEVICES``: a launch with ``env`` values cannot ask for ``restart_on_boot``), which the
-supervisor deletes before the job starts. ``LOG.exit`` of a clean shutdown's end goes (the job runs again; the
+``notify_url_keep``, the spec's summary, ``log_path``, and ``env`` with the values the launch kept (``public_env`` and
+the GPUs' ``CUDA_VISIBLE_DEVICES``: a launch with ``env`` values cannot ask for ``restart_on_boot``); the supervisor
+reads and deletes ``notify_url`` and ``env`` before the job starts. ``LOG.exit`` of a clean shutdown's end goes (the job runs again; the
 history keeps that end). Then the live record, with this boot, and the tmux session with the launch's options (its
 spec hash, start time, log and command: a launch of the same job finds it running) and ``@trainops_log_from``, the
 log's size before the boot's mark, where a wait for the start reads from. The supervisor marks the attempt in the log
