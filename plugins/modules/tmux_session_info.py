@@ -168,8 +168,8 @@ sessions:
       sample: 2
     notify_failure:
       description:
-        - The last of them in words (never the URL) - C(notify_url, event failed, at 2026-12-01T10:00:00Z: HTTP status 400),
-          or null.
+        - "The last of them in words (never the URL) - C(notify_url, event failed, at 2026-12-01T10:00:00Z: HTTP status 400),
+          or null."
       type: str
       sample: "notify_url, event failed, at 2026-12-01T10:00:00Z: HTTP status 400"
     attempts:
