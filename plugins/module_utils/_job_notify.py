@@ -21,7 +21,6 @@ the modules of a job without one.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import pwd
 import queue
