@@ -329,8 +329,9 @@ DYING_RANK = 2
 DYING_JOB = ('if [ "$NODE_RANK" = ' + str(DYING_RANK) + ' ]; then sleep 1; date +%s.%N > /workspace/died_at; exit 7; fi; '
              'exec python3 -u /workspace/rendezvous.py --timeout 90')
 # Far below the rendezvous' 90 s and the wait's 180 s: the waits ended because of the death, not by
-# themselves. The figure itself is printed here and measured in benchmarks/run.sh.
-DEATH_TO_FAILED_PLAY_BOUND = 5.0
+# themselves. Not a speed target (about 4 s here, 5.2 s on a loaded machine): the figure itself is printed
+# here and measured in benchmarks/run.sh.
+DEATH_TO_FAILED_PLAY_BOUND = 30.0
 
 
 def test_multinode_fails_as_one_when_a_rank_dies(remote_nodes: dict[str, RemoteNode], multinode_inventory: Path) -> None:
