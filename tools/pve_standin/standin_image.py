@@ -353,7 +353,7 @@ def write_container(spec: CtSpec, cgroups: HostCgroups) -> None:
     if spec.unprivileged:  # LXC mounts the overlay (and makes overlay/work) as the CT's root
         for folder in (spec.folder / "overlay", upper):
             os.chown(folder, ID_SHIFT, ID_SHIFT)
-        for folder in make_reachable(spec.folder):
+        for folder in make_reachable(upper):  # the CT's own folder too: mkdir gave it the mode of pct's umask
             sys.stderr.write(f"pct: made {folder} searchable by others (o+x): the unprivileged CT's root "
                              f"(uid {ID_SHIFT}) must reach {spec.folder}\n")
     (spec.folder / "config").write_text(text, encoding="utf-8")
