@@ -27,6 +27,7 @@ PRIVILEGED_CT = 288
 MEMORY_CT = 289
 TURNED_CT = 290
 BOTH_CT = 291
+UMASK_CT = 292
 STATE_ROOT = Path(os.environ.get("PVE_STANDIN_ROOT", "/var/lib/pve-standin"))
 CGROUP = Path("/sys/fs/cgroup")
 MIB = 1024 * 1024
@@ -370,3 +371,16 @@ def test_both_privileges_runs_the_test_in_each_kind_of_container(standin: Standi
     want = [b"0", b"0", b"4294967295"] if privileges == "privileged" else [b"0", b"100000", b"65536"]
     for node, vmid in ((standin, ct), (private_node, BOTH_CT)):
         assert node.sh(vmid, "cat /proc/self/uid_map").stdout.split() == want, (vmid, privileges)
+
+
+def test_an_unprivileged_container_starts_whatever_the_umask_of_pct(private_node: StandinNode) -> None:
+    """The CT's root (uid 100000) must walk into the CT's folder to mount its overlay: pct gives it o+x, whatever
+    the umask pct runs with (077 made the folder 0700 and lxc-start aborted)."""
+    old = os.umask(0o077)
+    try:
+        created = private_node.pct("create", UMASK_CT, "--release", "bookworm", "--start", "1", timeout=600)
+    finally:
+        os.umask(old)
+    private_node.created.append(UMASK_CT)
+    assert created.returncode == 0, created.stderr.decode(errors="replace")
+    assert private_node.pct("exec", UMASK_CT, "--", "true").returncode == 0
