@@ -17,7 +17,6 @@ over the connection's shared ssh) per container.
 
 from __future__ import annotations
 
-import json
 import typing as t
 
 from ansible.errors import AnsibleError
@@ -26,6 +25,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _pve_backup_files
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_program import answer, source_of
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_node, host_vmid
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pve_backup_window import evaluate
 
@@ -39,23 +39,15 @@ def node_argv(pve_dir: str, vmid: int) -> list[str]:
 
 def node_program() -> bytes:
     """The source of ``_pve_backup_files.py``, as the node's python3 reads it from its standard input."""
-    with open(_pve_backup_files.__file__, "rb") as handle:
-        return handle.read()
+    return source_of(_pve_backup_files)
 
 
 def parse_node_answer(rc: int, out: bytes, err: bytes, node: str) -> dict[str, t.Any]:
     """The node's report, or one whose ``error`` says why the node could not give it."""
-    text = to_text(out, errors="surrogate_or_replace").strip()
-    if rc == 0:
-        try:
-            report = json.loads(text.splitlines()[-1] if text else "")
-            if isinstance(report, dict):
-                return report
-        except ValueError:
-            pass
-    cause = " ".join(to_text(err or out, errors="surrogate_or_replace").split())[:300] or f"exit status {rc}"
-    hint = ": the node needs python3" if rc == 127 else ""
-    return {"error": f"Cannot read the backup jobs of node {node}: python3 there failed (exit status {rc}): {cause}{hint}"}
+    report, cause = answer(rc, out, err)
+    if report is not None:
+        return report
+    return {"error": f"Cannot read the backup jobs of node {node}: python3 there failed (exit status {rc}): {cause}"}
 
 
 class ActionModule(ActionBase):

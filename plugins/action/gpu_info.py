@@ -13,7 +13,6 @@ answers.
 
 from __future__ import annotations
 
-import json
 import typing as t
 
 from ansible.errors import AnsibleError
@@ -24,6 +23,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils import _gpu_sm
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, parse_request
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._gpu_verdict import blocking, busy, problems
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_program import answer, source_of
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_vmid
 
 MODULE_NAME = "trainops.pct_launch.gpu_info"
@@ -40,24 +40,16 @@ def node_argv(nvidia_smi: str) -> list[str]:
 
 def node_program() -> bytes:
     """The source of ``_gpu_smi.py``, as the node's python3 reads it from its standard input."""
-    with open(_gpu_smi.__file__, "rb") as handle:
-        return handle.read()
+    return source_of(_gpu_smi)
 
 
 def parse_node_answer(rc: int, out: bytes, err: bytes) -> dict[str, t.Any]:
     """The node's report, or one whose ``error`` says why the node could not give it."""
-    text = to_text(out, errors="surrogate_or_replace").strip()
-    if rc == 0:
-        try:
-            report = json.loads(text.splitlines()[-1] if text else "")
-            if isinstance(report, dict):
-                return report
-        except ValueError:
-            pass
-    cause = " ".join(to_text(err or out, errors="surrogate_or_replace").split())[:300] or f"exit status {rc}"
-    hint = ": the node needs python3" if rc == 127 else ""
+    report, cause = answer(rc, out, err)
+    if report is not None:
+        return report
     return {"gpus": [], "driver_version": None, "processes": [], "nvidia_smi": None,
-            "error": f"python3 on the node could not report its GPUs (exit status {rc}): {cause}{hint}"}
+            "error": f"python3 on the node could not report its GPUs (exit status {rc}): {cause}"}
 
 
 class ActionModule(ActionBase):

@@ -334,8 +334,9 @@ wait "$pid"
 """
 
 
-def test_a_container_shutting_down_ends_the_job_as_stopped_by_the_shutdown_and_never_restarts_it(tmp_path: Path) -> None:
-    job = Job(tmp_path, "echo Epoch 1; sleep 100", restart="on_failure", restart_delay=0.05)
+def _shut_down_under(job: Job, tmp_path: Path) -> None:
+    """Run the job's supervisor in a PID namespace whose init is named systemd-shutdown, which SIGTERMs everything
+    (SPREE), as a container that shuts down; skips where there are no user and PID namespaces."""
     init = tmp_path / "systemd-shutdown"
     init.symlink_to("/bin/sh")
     argv = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", str(init), "-c", SPREE, "spree",
@@ -346,6 +347,11 @@ def test_a_container_shutting_down_ends_the_job_as_stopped_by_the_shutdown_and_n
         pytest.skip("needs unshare (util-linux)")
     if b"unshare:" in run.stderr:
         pytest.skip(f"no user and PID namespaces here: {run.stderr.decode(errors='replace').strip()}")
+
+
+def test_a_container_shutting_down_ends_the_job_as_stopped_by_the_shutdown_and_never_restarts_it(tmp_path: Path) -> None:
+    job = Job(tmp_path, "echo Epoch 1; sleep 100", restart="on_failure", restart_delay=0.05)
+    _shut_down_under(job, tmp_path)
     record = job.record()
     assert (record["end_state"], record["cause"], record["attempts"], record["exit_status"]) == ("stopped", "shutdown", "1", "143"), record
     assert record["reason"] == "the container shut down (its init stopped every process; PID 1 was systemd-shutdown): signal TERM"
@@ -425,16 +431,7 @@ def test_a_clean_shutdown_keeps_the_live_record_only_for_restart_on_boot(tmp_pat
     job = Job(tmp_path, "echo Epoch 1; sleep 100", restart_on_boot=restart_on_boot)
     _job_json(job, live=str(live))
     assert _job_live.write(str(live), {"session_name": "job", "started_at": STARTED_AT, "state": "starting", "attempt": 0})
-    init = tmp_path / "systemd-shutdown"
-    init.symlink_to("/bin/sh")
-    argv = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", str(init), "-c", SPREE, "spree",
-            str(job.run_dir), *job.argv]
-    try:
-        run = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
-    except FileNotFoundError:
-        pytest.skip("needs unshare (util-linux)")
-    if b"unshare:" in run.stderr:
-        pytest.skip(f"no user and PID namespaces here: {run.stderr.decode(errors='replace').strip()}")
+    _shut_down_under(job, tmp_path)
     assert job.record()["cause"] == "shutdown"
     if restart_on_boot:  # the next boot starts it again: its record stays, its end noted
         assert ((_job_live.read(str(live)) or {}).get("state"), (_job_live.read(str(live)) or {}).get("attempt")) == ("ended", 1)
