@@ -10,6 +10,9 @@ The one reader of nvidia-smi's output in the collection. It runs in two places:
   (``main`` prints ``node_report`` as JSON): the same GPUs, and each compute process with the container it
   belongs to. The driver knows processes only by their PID in the node's PID namespace, so inside a
   container ``--query-compute-apps`` lists nothing; only the node can name them, from ``/proc/PID/cgroup``.
+  Asked for (``--driver``, ``--xid-hours N``), also the driver's versions (``driver_report``: the loaded kernel
+  module's, the installed user-space driver's and the module's on disk) and the driver's ``NVRM: Xid`` lines of
+  the node's kernel log (``kernel_log``), which a container cannot read; ``_gpu_xid`` reads them on the controller.
 
 Queries and formats are NVIDIA's documented ones: ``--query-gpu=...`` and ``--query-compute-apps=...`` with
 ``--format=csv,noheader,nounits`` (one line per item, values separated by ", ", memory in MiB,
@@ -26,13 +29,14 @@ import re
 import stat
 import subprocess
 import sys
+import time
 import typing as t
 
-GPU_FIELDS = ("index", "uuid", "name", "driver_version", "utilization.gpu", "memory.used", "memory.total")
+GPU_FIELDS = ("index", "uuid", "name", "driver_version", "utilization.gpu", "memory.used", "memory.total", "pci.bus_id")
 APP_FIELDS = ("pid", "gpu_uuid", "process_name", "used_memory")
 FORMAT = "--format=csv,noheader,nounits"
 _NUMERIC = frozenset(("index", "utilization.gpu", "memory.used", "memory.total", "pid", "used_memory"))
-_KEYS = {"utilization.gpu": "utilization", "memory.used": "memory_used", "memory.total": "memory_total"}
+_KEYS = {"utilization.gpu": "utilization", "memory.used": "memory_used", "memory.total": "memory_total", "pci.bus_id": "pci_bus_id"}
 # Proxmox VE (cgroup v2): 0::/lxc/200/ns/...; LXC 4+ elsewhere: lxc.payload.200 (v1 or v2), lxc.payload.200-1 when
 # an older cgroup of that name was left over. Not the monitor (lxc.monitor.200, lxc.monitor/200), which runs on the node.
 _CGROUP_VMID = re.compile(r"(?:^|/)lxc(?:/|\.payload[./])([0-9]+)(?:-[0-9]+)?(?:/|$)")
@@ -41,6 +45,13 @@ LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr
 LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
 SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TIMEOUT = 30
+# The kernel log as the node keeps it: systemd's journal (with times to the microsecond and the UTC offset), else the
+# kernel's ring buffer (since boot). The driver's fault reports start with "NVRM: Xid".
+JOURNALCTL = ("journalctl", "-k", "-o", "short-iso-precise", "--no-pager")
+DMESG = ("dmesg", "--time-format", "iso")
+XID_MARK = "NVRM: Xid"
+KERNEL_LOG_LINES = 200
+_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+){1,2}")
 
 
 def query_argv(nvidia_smi: str, what: str) -> list[str]:
@@ -157,6 +168,94 @@ def node_report(nvidia_smi: str = "nvidia-smi", proc: str = "/proc") -> dict[str
     return report
 
 
+def kernel_log(hours: int, command: t.Sequence[str] | None = None) -> dict[str, t.Any]:
+    """The driver's ``NVRM: Xid`` lines of the kernel log of the last ``hours`` hours, as printed (the last 200).
+
+    ``journalctl -k -o short-iso-precise --no-pager --since=-Nh``, else (no journal) ``dmesg --time-format iso``, whose
+    ring buffer holds what it still has since boot; ``command`` (an argv) replaces both and runs as given. The lines
+    are picked here, not by a shell pipe. ``{"command", "lines", "error"}``; ``error`` says why no command answered.
+    """
+    tries = [list(command)] if command else [[*JOURNALCTL, f"--since=-{int(hours)}h"], list(DMESG)]
+    failures = []
+    for argv in tries:
+        program = find_program(argv[0]) if argv else None
+        if program is None:
+            failures.append(f"{argv[0] if argv else 'an empty command'}: not found")
+            continue
+        rc, text = run([program, *argv[1:]])
+        if rc == 0:
+            lines = [line for line in text.splitlines() if XID_MARK in line]
+            return {"command": argv, "lines": lines[-KERNEL_LOG_LINES:], "error": None}
+        failures.append(f"{' '.join(argv)} exited {rc}: {' '.join(text.split())[:200]}")
+    return {"command": None, "lines": [], "error": "; ".join(failures)}
+
+
+def module_version(text: str | None) -> str | None:
+    """The version in ``/sys/module/nvidia/version`` (``550.54.14``) or in the first line of
+    ``/proc/driver/nvidia/version`` (``NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 ...``,
+    ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build ...``)."""
+    for line in (text or "").splitlines()[:1]:
+        for word in line.split():
+            if _VERSION.fullmatch(word):
+                return word
+    return None
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def installed_version(dirs: t.Sequence[str] = LIBRARY_DIRS) -> str | None:
+    """The installed user-space driver's version: what ``libnvidia-ml.so.1`` (else ``libcuda.so.1``) points to
+    (``libnvidia-ml.so.550.90.07``), else the newest ``libnvidia-ml.so.VERSION`` or ``libcuda.so.VERSION`` found."""
+    for library in ("libnvidia-ml.so", "libcuda.so"):
+        for folder in dirs:
+            link = os.path.join(folder, library + ".1")
+            target = os.path.basename(os.path.realpath(link)) if os.path.exists(link) else ""
+            if target.startswith(library + ".") and _VERSION.fullmatch(target[len(library) + 1:]):
+                return target[len(library) + 1:]
+    found = sorted({version for versions in library_versions(dirs).values() for version in versions}, key=_version_key)
+    return found[-1] if found else None
+
+
+def module_on_disk(root: str = "/") -> str | None:
+    """The version of the nvidia kernel module installed for the running kernel (``modinfo -F version nvidia``), or None."""
+    program = find_program("modinfo")
+    if program is None:
+        return None
+    rc, text = run([program, "-F", "version", *(["-b", root] if root != "/" else []), "nvidia"])
+    return text.strip() if rc == 0 and _VERSION.fullmatch(text.strip()) else None
+
+
+def driver_report(root: str = "/") -> dict[str, t.Any]:
+    """``loaded``: the kernel module's version (``/sys/module/nvidia/version``, else ``/proc/driver/nvidia/version``);
+    ``installed``: the user-space driver's (``installed_version``); ``module_installed``: ``module_on_disk``. Read
+    under ``root`` (tests point it at a fake tree); None for what is not there (no driver loaded, none installed)."""
+    def under(path: str) -> str:
+        return os.path.join(root, path.lstrip("/"))
+
+    loaded = module_version(_read(under("/sys/module/nvidia/version"))) or module_version(_read(under("/proc/driver/nvidia/version")))
+    return {"loaded": loaded, "installed": installed_version([under(folder) for folder in LIBRARY_DIRS]),
+            "module_installed": module_on_disk(root)}
+
+
+def boot_time(proc: str = "/proc") -> float | None:
+    """When this host booted, in seconds since the epoch (``btime`` of ``/proc/stat``), for ``dmesg``'s times."""
+    for line in (_read(os.path.join(proc, "stat")) or "").splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return None
+
+
+def node_extras(xid_hours: int = 0, command: t.Sequence[str] | None = None, root: str = "/") -> dict[str, t.Any]:
+    """The node's name, its driver's versions and (``xid_hours`` > 0) its kernel log's Xid lines with the node's
+    clock (``now``) and ``boot_time``, so the controller judges the lines' times by the node's clock."""
+    extras: dict[str, t.Any] = {"node_name": os.uname().nodename, "driver": driver_report(root)}
+    if xid_hours > 0:
+        extras.update(kernel_log=kernel_log(xid_hours, command), now=time.time(), boot_time=boot_time(os.path.join(root, "proc")))
+    return extras
+
+
 def device_files(dev: str = "/dev") -> list[dict[str, t.Any]]:
     """NVIDIA's device files here: nvidiactl, nvidia-uvm, nvidia-uvm-tools and nvidiaN, each present or not."""
     numbered = (os.path.basename(path) for path in glob.glob(os.path.join(dev, "nvidia[0-9]*")))
@@ -192,10 +291,25 @@ def host_report(nvidia_smi: str = "nvidia-smi") -> dict[str, t.Any]:
     return dict(gpus(nvidia_smi), device_files=device_files(), libraries=library_versions())
 
 
+def _option(argv: t.Sequence[str], name: str, default: str | None = None) -> str | None:
+    return argv[list(argv).index(name) + 1] if name in argv[:-1] else default
+
+
 def main(argv: t.Sequence[str]) -> int:
-    """``python3 - [--nvidia-smi PATH] [--host]``: ``node_report`` (or ``host_report``) as one JSON line."""
-    program = argv[argv.index("--nvidia-smi") + 1] if "--nvidia-smi" in argv[:-1] else "nvidia-smi"
-    sys.stdout.write(json.dumps(host_report(program) if "--host" in argv else node_report(program), sort_keys=True) + "\n")
+    """``python3 - [--nvidia-smi PATH] [--host]``: ``node_report`` (or ``host_report``) as one JSON line.
+
+    With ``--driver`` or ``--xid-hours N`` (and ``--kernel-log-command JSON_ARGV``, ``--root DIR``), the node's report
+    has ``node_extras`` too; a call without them gets what it always got."""
+    program = _option(argv, "--nvidia-smi") or "nvidia-smi"
+    if "--host" in argv:
+        report = host_report(program)
+    else:
+        report = node_report(program)
+        if "--driver" in argv or "--xid-hours" in argv:
+            command = _option(argv, "--kernel-log-command")
+            report.update(node_extras(int(_option(argv, "--xid-hours") or 0), json.loads(command) if command else None,
+                                      _option(argv, "--root") or "/"))
+    sys.stdout.write(json.dumps(report, sort_keys=True) + "\n")
     return 0
 
 

@@ -34,6 +34,8 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "stall_timeout": {"type": "float", "default": 0},
     "stall_pattern": {"type": "str"},
     "stall_action": {"type": "str", "choices": ["record", "stop", "restart"], "default": "record"},
+    "gpu_idle_timeout": {"type": "float", "default": 0},
+    "gpu_idle_utilization": {"type": "float", "default": 5},
     "notify_command": {"type": "list", "elements": "str"},
     "notify_url": {"type": "str", "no_log": True},
     "notify_states": {"type": "list", "elements": "str", "choices": list(STATES), "default": list(STATES)},
@@ -48,6 +50,7 @@ _RANGES = {
     "restart_max_delay": (0, DAY, "seconds"), "restart_limit_window": (0, 366 * DAY, "seconds (0: every restart counts)"),
     "time_limit": (0, 366 * DAY, "seconds (0: no limit)"),
     "time_limit_grace": (0, DAY, "seconds"), "stall_timeout": (0, 366 * DAY, "seconds (0: no watchdog)"),
+    "gpu_idle_timeout": (0, 366 * DAY, "seconds (0: no GPU idle watchdog)"), "gpu_idle_utilization": (0, 100, "percent"),
     "notify_lines": (0, 200, "lines"),
 }
 
@@ -106,6 +109,20 @@ def _restart_on_errors(settings: t.Mapping[str, t.Any]) -> list[str]:
     return errors
 
 
+def _gpu_idle_errors(settings: t.Mapping[str, t.Any], gpus: t.Any) -> list[str]:
+    """``gpu_idle_timeout`` watches the GPUs ``gpus`` gives the job, and only a utilisation above 0 % can be undercut."""
+    timeout = settings["gpu_idle_timeout"]
+    if not timeout or timeout < 0:
+        return []
+    if gpus is None or gpus == "" or gpus == []:
+        return [f"Invalid gpu_idle_timeout {_num(timeout)} without gpus: the GPU idle watchdog watches the GPUs gpus gives the job; "
+                "set gpus, or leave gpu_idle_timeout 0"]
+    if settings["gpu_idle_utilization"] == 0:
+        return ["Invalid gpu_idle_utilization 0 with gpu_idle_timeout: no utilisation is below 0 %, so the GPUs would never idle; "
+                "give 1 to 100 (percent), or leave gpu_idle_timeout 0"]
+    return []
+
+
 def supervise_from_params(params: t.Mapping[str, t.Any]) -> tuple[tuple[str, t.Any], ...]:
     """The checked settings; raises ValueError with every problem, each naming its option."""
     settings = {key: _value(params, key) for key in DEFAULTS}
@@ -117,6 +134,7 @@ def supervise_from_params(params: t.Mapping[str, t.Any]) -> tuple[tuple[str, t.A
         except re.error as exc:
             errors.append(f"Invalid stall_pattern {settings['stall_pattern']!r}: it is not a valid Python regular expression ({exc})")
     errors += _restart_on_errors(settings)
+    errors += _gpu_idle_errors(settings, params.get("gpus"))
     errors += validate(settings)
     if errors:
         raise ValueError("; ".join(errors))

@@ -22,6 +22,8 @@ DEFAULTS: dict[str, t.Any] = {
     "no_restart_exit_codes": [], "restart_on": ["any"], "restart_limit_window": 0,
     "time_limit": 0, "time_limit_signal": "TERM", "time_limit_grace": 30,
     "stall_timeout": 0, "stall_pattern": None, "stall_action": "record",
+    # the GPU idle watchdog (_job_gpu_idle): a GPU of the job below gpu_idle_utilization % for gpu_idle_timeout s is a stall
+    "gpu_idle_timeout": 0, "gpu_idle_utilization": 5,
     "notify_command": None, "notify_url": None, "notify_states": list(_job_notify.STATES), "notify_lines": 10,
     "notify_format": "json",
     # the container's next boot (_job_boot): start a job it cut off again; keep notify_url for its lost event

@@ -22,6 +22,7 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import (
     _job_end,
+    _job_gpu_idle,
     _job_history,
     _job_layout,
     _job_live,
@@ -39,8 +40,8 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout im
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process import write_whole
 
 # every module the supervisor imports, and those they import (a unit test imports them from the staged copy alone)
-PROGRAM: tuple[types.ModuleType, ...] = (_job_supervise, _job_restart, _job_watch, _job_end, _job_memory, _job_shutdown, _job_notify,
-                                         _job_history, _job_live, _job_process, _job_layout, _notify_format)
+PROGRAM: tuple[types.ModuleType, ...] = (_job_supervise, _job_restart, _job_watch, _job_gpu_idle, _job_end, _job_memory, _job_shutdown,
+                                         _job_notify, _job_history, _job_live, _job_process, _job_layout, _notify_format)
 PACKAGE = ("ansible_collections", "trainops", "pct_launch", "plugins", "module_utils")
 
 

@@ -21,7 +21,8 @@ import sys
 import time
 import typing as t
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_history, _job_live, _job_memory, _job_notify, _job_shutdown
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_gpu_idle, _job_history, _job_live, _job_memory, _job_notify
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_shutdown
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process as process
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import PGID_FILE, PROVEN_FILE, STATE_FILE, attempt_error_file
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import DEFAULTS, Counted, decide, policy_of, restart_delay, wants_restart
@@ -55,6 +56,8 @@ class Supervisor:
             self.state["attempt"] = self.state["restarts"] = max(0, int(self.resume.get("attempt") or 1) - 1)
             self.first_start -= float(self.resume.get("elapsed") or 0)
         self.proven_sent = False
+        self.gpu_idle = _job_gpu_idle.from_job(job, self.policy)  # the GPU idle watchdog (gpu_idle_timeout), or None
+        self.stall_words: str | None = None  # what stalled (_job_watch.Watch.stall): the log's or the GPUs' words
         self.children: list[int] = []
         self.received: list[int] = []
         process.forward_signals(self.children, self.received)
@@ -215,12 +218,17 @@ class Supervisor:
         self.notify("finished" if end["end_state"] == "finished" else "failed", end)
         self.notifier.close(SHUTDOWN_NOTIFY_WAIT if end.get("cause") == "shutdown" else _job_notify.CLOSE_WAIT)
 
-    def stall_reason(self) -> str:
-        """``stalled: no log output for 30 s (stall_timeout)``, or, when the memory counters grew meanwhile,
-        ``the job stalled while its container was at its memory limit (memory.high reached 3 times): no log ...``."""
+    def log_stall_words(self) -> str:
+        """``no log output for 30 s (stall_timeout)``, ``no log line matching 'step' for ...``."""
         policy = self.policy
         what = f"no log line matching {policy['stall_pattern']!r}" if policy.get("stall_pattern") else "no log output"
-        words = f"{what} for {float(policy['stall_timeout']):g} s (stall_timeout)"
+        return f"{what} for {float(policy['stall_timeout']):g} s (stall_timeout)"
+
+    def stall_reason(self) -> str:
+        """``stalled: no log output for 30 s (stall_timeout)`` (the words of what stalled: ``stall_words``, the log's by
+        default), or, when the memory counters grew meanwhile, ``the job stalled while its container was at its memory
+        limit (memory.high reached 3 times): no log ...``."""
+        words = self.stall_words or self.log_stall_words()
         note = self.memory_note()
         return f"the job stalled while {note}: {words}" if note else f"stalled: {words}"
 

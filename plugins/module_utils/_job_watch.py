@@ -3,9 +3,11 @@
 """One attempt of a job as its supervisor watches it: output, progress, the time limit, the stall (docs/job-life.md).
 
 ``Watch(sup, proc, size).run()`` waits for the attempt's end a tick at a time; between ticks it notes new
-log output (and, with ``stall_pattern``, progress lines), signals the job's process group at the time
-limit and when the stall watchdog fires, and asks the supervisor (``_job_supervise.Supervisor``) to
-record and notify each change. Staged into ``RUN_DIR/lib`` with the supervisor; Python 3.7 or later.
+log output (and, with ``stall_pattern``, progress lines), looks at the GPU idle watchdog (``_job_gpu_idle``, the
+supervisor's ``gpu_idle``), signals the job's process group at the time limit and when the stall watchdog fires, and
+asks the supervisor (``_job_supervise.Supervisor``) to record and notify each change. A stall has two sources, the log
+(no progress for ``stall_timeout``) and the GPUs (idle for ``gpu_idle_timeout``); ``stall`` alone decides it.
+Staged into ``RUN_DIR/lib`` with the supervisor; Python 3.7 or later.
 """
 
 from __future__ import annotations
@@ -44,8 +46,12 @@ class Watch:
         self.offset, self.partial = size, b""
         self.progress = time.monotonic()
         self.flags = {"stopped": False, "timed_out": False, "stalled": False, "stall_restart": False}
+        self.stalls: dict[str, str] = {}  # while stalled: its sources (log, gpu) and their words
         self.limit_signalled = False
         self.kill_at: float | None = None
+        self.gpu = getattr(sup, "gpu_idle", None)
+        if self.gpu is not None:
+            self.gpu.begin()
 
     def signal(self, name: str) -> None:
         """Signal the attempt's process group (it may be gone already)."""
@@ -85,9 +91,53 @@ class Watch:
     def _progress(self) -> None:
         self.progress = time.monotonic()
         self.sup.state["last_progress_at"] = process.now()
-        if self.flags["stalled"] and self.sup.policy["stall_action"] == "record":
-            self.flags["stalled"] = False
-            self.sup.set_state("running")
+
+    def gpus(self) -> None:
+        """The GPU idle watchdog's query and readings; its notes (nvidia-smi missing or failing) as protocol lines."""
+        if self.gpu is None:
+            return
+        self.gpu.tick()
+        notes = self.gpu.notes()
+        for note in notes:
+            process.log_line(self.sup.log, f"{process.PROTOCOL}session={self.sup.name} attempt={self.sup.state['attempt']} {note}")
+        if notes:  # the collection's own lines are no output of the job's (the log watchdog)
+            self.size = size_of(self.sup.log_path)
+
+    def sources(self, now: float) -> dict[str, str]:
+        """What stalls now, in words: ``log`` (no progress for ``stall_timeout``), ``gpu`` (idle for ``gpu_idle_timeout``)."""
+        found = {}
+        stall = float(self.sup.policy["stall_timeout"])
+        if stall > 0 and now - self.progress >= stall:
+            found["log"] = self.sup.log_stall_words()
+        idle = self.gpu.idle_words() if self.gpu is not None else None
+        if idle:
+            found["gpu"] = idle
+        return found
+
+    def stall(self, now: float) -> None:
+        """The stall watchdog, the one place that decides a stall: it begins when a source stalls (state ``stalled``, its
+        event; ``stall_action`` stop or restart signals the job), and a stall only recorded ends once no source stalls."""
+        sup, policy = self.sup, self.sup.policy
+        if self.flags["stalled"] and policy["stall_action"] != "record":
+            return  # stopped by the watchdog: decided
+        found = self.sources(now)
+        if set(found) == set(self.stalls) or (not self.stalls and self.flags["timed_out"]):
+            return
+        began, self.stalls = not self.stalls, found
+        sup.stall_words = "; ".join(found.values()) or None
+        self.flags["stalled"] = bool(found)
+        if not found:
+            sup.set_state("running")
+        elif not began:  # the other source now: the same stall, in its words
+            sup.state["reason"] = sup.stall_reason()
+            sup.write_state()
+        else:
+            sup.set_state("stalled", event="stalled")
+            if policy["stall_action"] in ("stop", "restart"):
+                self.flags["stall_restart"] = policy["stall_action"] == "restart"
+                self.signal("TERM")
+                self.kill_at = now + STALL_KILL_AFTER
+                sup.set_state("stopping")
 
     def limits(self) -> None:
         """The time limit (its signal ``time_limit_grace`` s before, KILL at it) and the stall watchdog."""
@@ -98,15 +148,7 @@ class Watch:
             self.signal(str(policy["time_limit_signal"]))
             self.kill_at = sup.first_start + limit
             sup.set_state("stopping", event="timeout")
-        stall = float(policy["stall_timeout"])
-        if stall > 0 and not self.flags["stalled"] and not self.flags["timed_out"] and now - self.progress >= stall:
-            self.flags["stalled"] = True
-            sup.set_state("stalled", event="stalled")
-            if policy["stall_action"] in ("stop", "restart"):
-                self.flags["stall_restart"] = policy["stall_action"] == "restart"
-                self.signal("TERM")
-                self.kill_at = now + STALL_KILL_AFTER
-                sup.set_state("stopping")
+        self.stall(now)
         if self.kill_at is not None and now >= self.kill_at:
             self.signal("KILL")
             self.kill_at = None
@@ -123,7 +165,10 @@ class Watch:
                     self.flags["stopped"] = process.stop_signal_of(self.sup.run_dir) is not None
                     self.flags["signalled"] = bool(self.sup.received)  # the pane was told to end (tmux kill-session: HUP)
                     return status, self.flags
+                self.gpus()
                 self.limits()
         finally:
             if pidfd >= 0:
                 os.close(pidfd)
+            if self.gpu is not None:
+                self.gpu.end()

@@ -33,6 +33,13 @@ description:
     device cgroup (C(EPERM); no C(lxc.cgroup2.devices.allow) line for it), or the node's driver (C(ENXIO), C(ENODEV);
     none loaded for that device number). RV(problems) names the file, the user, the error and the fix. Opening a GPU's
     file may wake the GPU up on a node without persistence mode, which can take seconds.
+  - "The same call to the node reads two things a container cannot see: the driver's fault reports, C(NVRM: Xid) lines
+    of the node's kernel log of the last O(xid_hours) hours (RV(xid), per GPU, each with NVIDIA's meaning and recommended
+    action), and the driver's versions (RV(driver)): the loaded kernel module's (C(/sys/module/nvidia/version), else
+    C(/proc/driver/nvidia/version)) against the installed user-space driver's (the version in the name of the file
+    C(libnvidia-ml.so.1) or C(libcuda.so.1) points to) and the module's on disk (C(modinfo -F version nvidia)). When
+    they differ (an C(apt upgrade) of the driver since the node booted), C(nvidia-smi) and every new CUDA process fail
+    with C(Failed to initialize NVML: Driver/library version mismatch), and a warning says so, with the fix."
   - It only reads; no GPU and no C(nvidia-smi) is not an error (RV(gpus) is empty).
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
@@ -57,6 +64,30 @@ options:
       - The C(nvidia-smi) program on the Proxmox VE node (only for a container of the C(trainops.pct_launch.pct) connection).
     type: str
     default: nvidia-smi
+  xid_hours:
+    description:
+      - "How many hours back RV(xid) reads the node's kernel log for the driver's C(NVRM: Xid) lines; V(0) reads none."
+      - The default O(node_kernel_log) reads the kernel messages of the node's current boot (C(journalctl -k)), or what
+        the kernel's ring buffer still holds (C(dmesg)); either needs the node user to be root (or in the
+        C(systemd-journal) group for C(journalctl)). When neither can be read, a warning says why.
+    type: int
+    default: 24
+  node_kernel_log:
+    description:
+      - "The program and arguments that print the node's kernel log, run there as given (no shell); only the lines with
+        C(NVRM: Xid) are kept (the last 200), and those older than O(xid_hours) are left out by their times."
+      - Default C(journalctl -k -o short-iso-precise --no-pager --since=-Nh) (N is O(xid_hours)), else
+        C(dmesg --time-format iso). Lines with another prefix are read too (plain C(dmesg)'s seconds since boot are
+        counted from the node's boot time); a line whose time is unknown is left out.
+      - The stand-in node passes its own (C(tools/pve_standin/node_kernel_log.py)).
+    type: list
+    elements: str
+  node_root:
+    description:
+      - The directory under which the node's C(/proc), C(/sys) and driver library folders are read for RV(driver) (and
+        C(modinfo -b) looks for the module). V(/) on a real node; tests point it at a fake tree.
+    type: str
+    default: /
   busy_utilization:
     description:
       - Utilisation in percent from which a GPU with no process the node can name counts as busy.
@@ -123,6 +154,7 @@ gpus:
     utilization: {description: Utilisation in percent; null when not reported., type: int}
     memory_used: {description: Memory in use in MiB; null when not reported., type: int}
     memory_total: {description: Memory in MiB; null when not reported., type: int}
+    pci_bus_id: {description: "The GPU's PCI bus id as C(nvidia-smi) prints it (V(00000000:2A:00.0)).", type: str}
 nvidia_smi:
   description: Path of the target's C(nvidia-smi); null when it has none.
   returned: always
@@ -140,6 +172,58 @@ node:
     - On a host that is no container of the C(trainops.pct_launch.pct) connection, the host's own view.
   returned: always
   type: dict
+xid:
+  description:
+    - "One entry per GPU of the node whose driver logged C(NVRM: Xid) errors in the last O(xid_hours) hours, in PCI bus
+      order; empty when none did (or with O(xid_hours=0)). A GPU C(nvidia-smi) does not list (one that fell off the bus)
+      has null C(index) and C(uuid). A warning names each GPU's Xids with NVIDIA's meaning and action."
+    - Meanings and actions are NVIDIA's (its Xid catalog,
+      U(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), and Xid errors documentation), for the
+      Xids a GPU job meets most; another Xid points to the catalog.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pci_bus_id: {description: "The GPU's PCI bus id in C(nvidia-smi)'s form (the kernel log's C(PCI:0000:2a:00) is V(00000000:2A:00.0)).", type: str}
+    index: {description: "The GPU's index on the node; null when C(nvidia-smi) there does not list it.", type: int}
+    uuid: {description: "The GPU's UUID; null when C(nvidia-smi) there does not list it.", type: str}
+    errors:
+      description: Its Xid errors, oldest first.
+      type: list
+      elements: dict
+      contains:
+        xid: {description: The Xid number., type: int}
+        time: {description: "When, in UTC (V(2024-03-05T13:22:07Z)).", type: str}
+        pid: {description: "The process the driver names (a PID of the node), null when it names none.", type: int}
+        process_name: {description: "That process's name, null when the driver names none.", type: str}
+        text: {description: "The rest of the driver's line (V(GPU has fallen off the bus.)).", type: str}
+        name: {description: "NVIDIA's name of the Xid (V(GPU has fallen off the bus)); null for one not in the catalog here.", type: str}
+        meaning: {description: What it means., type: str}
+        action: {description: "NVIDIA's recommended action, with the catalog's resolution bucket (V(RESTART_BM)).", type: str}
+        message: {description: "All in words: C(Xid 79 (GPU has fallen off the bus): ...; action: ...).", type: str}
+  sample:
+    - pci_bus_id: "00000000:2A:00.0"
+      index: 0
+      uuid: GPU-3f0c2a1e-7b4d-4e2a-9c1b-5d6e7f809a1b
+      errors:
+        - {xid: 79, time: "2024-03-05T13:22:07Z", pid: 1234, process_name: python3, text: GPU has fallen off the bus.,
+           name: GPU has fallen off the bus, meaning: "the driver cannot reach the GPU over PCI Express, ...",
+           action: "reboot the node (RESTART_BM); ...", message: "Xid 79 (GPU has fallen off the bus): ..."}
+driver:
+  description:
+    - The node's NVIDIA driver versions; a warning when RV(driver.drift).
+  returned: always
+  type: dict
+  contains:
+    loaded: {description: "The loaded kernel module's version; null when no nvidia module is loaded.", type: str}
+    installed: {description: The installed user-space driver's version (its libraries'); null when none is installed., type: str}
+    module_installed: {description: "The version of the nvidia module on disk for the running kernel (C(modinfo)); null when unknown.", type: str}
+    drift:
+      description:
+        - Whether the loaded module differs from the installed driver (RV(driver.installed), or RV(driver.module_installed));
+          the node must reboot, or load the installed module, before GPU jobs start again.
+      type: bool
+  sample: {loaded: 550.54.14, installed: 550.90.07, module_installed: 550.90.07, drift: true}
 device_files:
   description: NVIDIA's device files on the target, each with C(path), C(present) and C(char_device).
   returned: always
@@ -228,7 +312,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, held, parse_request
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_devices import check_access, needed_paths
-from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_smi import device_files, gpus, library_versions, processes
+from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_smi import device_files, gpus, library_versions, node_extras, processes
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import run_root
 from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_cli import Tmux, probe
 
@@ -236,6 +320,9 @@ ARGUMENT_SPEC = dict(
     gpus=dict(type="raw"),
     nvidia_smi=dict(type="str", default="nvidia-smi"),
     node_nvidia_smi=dict(type="str", default="nvidia-smi"),
+    xid_hours=dict(type="int", default=24),
+    node_kernel_log=dict(type="list", elements="str"),
+    node_root=dict(type="str", default="/"),
     busy_utilization=dict(type="int", default=10),
     busy_memory=dict(type="int", default=512),
     user=dict(type="str"),
@@ -258,6 +345,8 @@ def main() -> None:
     access = check_access(needed_paths(request, result["gpus"], files), module.params["user"]) if request else []
     result.update(changed=False, device_files=files, device_access=access, libraries=library_versions(),
                   held=held(root, lambda name: probe(tmux, name, f"{root}/{name}", None).running, ""))
+    # a host that is its own node reads its kernel log and driver versions here (in a container the action asks the node)
+    result.update(node_extras(max(module.params["xid_hours"], 0), module.params["node_kernel_log"], module.params["node_root"]))
     module.exit_json(**result)
 
 

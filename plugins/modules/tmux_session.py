@@ -253,6 +253,32 @@ options:
     type: str
     choices: [record, stop, restart]
     default: record
+  gpu_idle_timeout:
+    description:
+      - GPU idle watchdog, a second source of stalls - while an attempt runs, the supervisor asks C(nvidia-smi) on the
+        target (O(nvidia_smi), C(--query-gpu=uuid,utilization.gpu)) every 5 seconds (a quarter of O(gpu_idle_timeout)
+        when that is shorter) for the utilisation of the GPUs O(gpus) gave the job; when any one of them stays below
+        O(gpu_idle_utilization) for this many seconds, the job counts as stalled. V(0) turns the watchdog off.
+      - "The stall is the log watchdog's (O(stall_timeout)) - recorded as
+        RV(trainops.pct_launch.tmux_session_info#module:sessions[].supervisor_state) V(stalled), notified as V(stalled),
+        then O(stall_action) applies - with a reason naming the GPUs that idled and their highest reading,
+        RV(trainops.pct_launch.tmux_session_info#module:sessions[].reason) C(stalled: 1 of the job's 4 GPUs idled below
+        5 % for 600 s ...: GPU-1a2b3c4d 0 %). Any GPU rather than all of them, because a rank stuck in
+        its data loader idles its own GPU while the others spin in an NCCL collective."
+      - With O(stall_action=record), a reading at or above O(gpu_idle_utilization) of every GPU that idled ends the stall.
+      - Counted from the attempt's start, so it must exceed the time the job needs before its GPUs work (loading data
+        and model). A GPU that reports no utilisation (C([N/A]), as under MIG) or that C(nvidia-smi) does not list is not
+        watched; a missing, failing or slow (5 s) C(nvidia-smi) gives no verdict and never stalls the job; each is noted
+        once in the log as a C(### trainops.pct_launch:) line.
+      - Only with O(gpus).
+    type: float
+    default: 0
+  gpu_idle_utilization:
+    description:
+      - The utilisation, in percent (C(nvidia-smi)'s C(utilization.gpu), the share of time a kernel ran), below which a GPU
+        idles for O(gpu_idle_timeout). From V(1) to V(100) with O(gpu_idle_timeout).
+    type: float
+    default: 5
   notify_command:
     description:
       - A program and its arguments, run on the target at each state change in O(notify_states), with the event as one
@@ -365,7 +391,8 @@ options:
   nvidia_smi:
     description:
       - The C(nvidia-smi) program on the target that lists its GPUs for O(gpus), a name looked up in C(PATH) and
-        C(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), or an absolute path.
+        C(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin), or an absolute path. The supervisor asks the
+        same one for O(gpu_idle_timeout).
     type: str
     default: nvidia-smi
   wait:

@@ -66,6 +66,10 @@ def test_a_setting_changes_the_hash_and_the_summary_hides_the_url() -> None:
     ({"restart": "on_failure", "restart_on": ["nccl", "signal"], "stall_action": "restart", "stall_timeout": 60},
      "Invalid stall_action restart with restart_on nccl, signal: a stall would never be restarted; add stall to restart_on"),
     ({"restart_on_boot": True, "env": {"TOKEN": "x", "KEY": "y"}}, "Invalid env (KEY, TOKEN) together with restart_on_boot: the values of env"),
+    ({"gpu_idle_timeout": 600}, "Invalid gpu_idle_timeout 600 without gpus: the GPU idle watchdog watches the GPUs gpus gives the job"),
+    ({"gpu_idle_timeout": -1, "gpus": 1}, "Invalid gpu_idle_timeout -1: use 0 to 31622400 seconds (0: no GPU idle watchdog)"),
+    ({"gpu_idle_timeout": 600, "gpus": "all", "gpu_idle_utilization": 101}, "Invalid gpu_idle_utilization 101: use 0 to 100 percent"),
+    ({"gpu_idle_timeout": 600, "gpus": [0], "gpu_idle_utilization": 0}, "Invalid gpu_idle_utilization 0 with gpu_idle_timeout: no utilisation"),
 ])
 def test_bad_settings_are_refused_naming_the_option(params: dict[str, t.Any], words: str) -> None:
     with pytest.raises(L.SpecError, match="^" + re.escape(words)):
@@ -97,3 +101,10 @@ def test_restart_on_and_its_window_reach_job_json_and_change_the_hash() -> None:
     assert L.spec_hash(spec) != L.spec_hash(L.spec_from_params(dict(BASE, restart="on_failure")))
     stalls = L.spec_from_params(dict(BASE, restart_on=["stall"], stall_action="restart", stall_timeout=60))
     assert dict(stalls.supervise)["restart_on"] == ("stall",), "restart never: only the watchdog's restarts, by their cause"
+
+
+def test_the_gpu_idle_watchdog_is_taken_with_gpus_and_changes_the_hash() -> None:
+    spec = L.spec_from_params(dict(BASE, gpus=2, gpu_idle_timeout=600, gpu_idle_utilization=10))
+    assert changed_settings(spec.supervise) == {"gpu_idle_timeout": 600, "gpu_idle_utilization": 10}
+    assert L.spec_hash(spec) != L.spec_hash(L.spec_from_params(dict(BASE, gpus=2)))
+    assert changed_settings(L.spec_from_params(dict(BASE, gpu_idle_utilization=0)).supervise) == {"gpu_idle_utilization": 0}, "off: any value"

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 import typing as t
 from pathlib import Path
 
@@ -28,7 +29,9 @@ STARTED_AT = "2026-01-01T00:00:00Z"
 class Job:
     """A staged run dir with a job; its log, exit record, events, state and history."""
 
-    def __init__(self, tmp_path: Path, command: str, env: dict[str, str] | None = None, **supervise: t.Any) -> None:
+    def __init__(self, tmp_path: Path, command: str, env: dict[str, str] | None = None, gpus: list[str] | None = None,
+                 **supervise: t.Any) -> None:
+        """``gpus``: job.json's, the UUIDs of the GPUs tmux_session chose (none by default)."""
         self.run_dir = tmp_path / "run" / "job"
         self.run_dir.mkdir(parents=True)
         assert _job_stage.stage(str(self.run_dir)) is None
@@ -41,7 +44,7 @@ class Job:
         supervise.setdefault("notify_command", [str(recorder)])
         job = {"session_name": "job", "log_path": str(self.log), "argv": ["sh", "-c", command], "chdir": str(tmp_path),
                "venv": None, "user": None, "started_at": STARTED_AT, "host": "testhost", "supervise": supervise,
-               "history_path": str(self.history)}
+               "history_path": str(self.history), "gpus": gpus or []}
         (self.run_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
         if env is not None:
             (self.run_dir / "env").write_text(json.dumps(env), encoding="utf-8")
@@ -437,3 +440,110 @@ def test_a_clean_shutdown_keeps_the_live_record_only_for_restart_on_boot(tmp_pat
         assert ((_job_live.read(str(live)) or {}).get("state"), (_job_live.read(str(live)) or {}).get("attempt")) == ("ended", 1)
     else:
         assert not live.exists()
+
+
+# The GPU idle watchdog (gpu_idle_timeout): a fake nvidia-smi prints the lines of a file the test writes.
+GPU_A = "GPU-1a2b3c4d-0000-1111-2222-333344445555"
+GPU_B = "GPU-3c4d5e6f-6666-7777-8888-999900001111"
+
+
+def _fake_nvidia_smi(tmp_path: Path, **utilization: int) -> tuple[Path, Path]:
+    """``nvidia-smi`` in ``tmp_path/bin``, printing ``--query-gpu=uuid,utilization.gpu`` lines from ``tmp_path/gpus.csv``."""
+    folder, readings = tmp_path / "bin", tmp_path / "gpus.csv"
+    folder.mkdir()
+    program = folder / "nvidia-smi"
+    program.write_text(f'#!/bin/sh\n[ "$1" = --query-gpu=uuid,utilization.gpu ] || exit 2\nexec cat "{readings}"\n', encoding="utf-8")
+    program.chmod(0o755)
+    _utilization(readings, **utilization)
+    return folder, readings
+
+
+def _utilization(readings: Path, **values: int) -> None:
+    """``A=0, B=1``: each GPU's utilisation in the fake's next answers."""
+    uuids = {"A": GPU_A, "B": GPU_B}
+    tmp = readings.with_suffix(".tmp")
+    tmp.write_text("".join(f"{uuids[key]}, {value}\n" for key, value in values.items()), encoding="utf-8")
+    tmp.replace(readings)
+
+
+def test_gpus_idle_past_the_window_stop_the_job_as_stalled_naming_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _readings = _fake_nvidia_smi(tmp_path, A=0, B=1)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")  # the supervisor's PATH: job.json names no nvidia_smi
+    job = Job(tmp_path, "echo step 1; sleep 100", gpus=[GPU_A, GPU_B], gpu_idle_timeout=1.0, stall_action="stop")
+    started = time.monotonic()
+    assert job.run() == 143
+    assert time.monotonic() - started < 30  # stopped by the watchdog, not by the end of sleep 100
+    record = job.record()
+    words = "the job's GPUs idled below 5 % for 1 s (gpu_idle_timeout): GPU-1a2b3c4d 0 %, GPU-3c4d5e6f 1 %"
+    assert (record["end_state"], record["cause"], record["reason"]) == ("stalled", "stall", f"stalled: {words}, stopped by the watchdog")
+    events = job.events()
+    assert [e["event"] for e in events] == ["started", "stalled", "failed"]
+    assert events[1]["reason"] == f"stalled: {words}"
+    end = job.history_lines()[-1]
+    assert (end["end_state"], end["cause"], end["reason"]) == ("stalled", "stall", record["reason"])
+
+
+def test_a_rise_of_the_utilisation_ends_a_recorded_stall(tmp_path: Path) -> None:
+    folder, readings = _fake_nvidia_smi(tmp_path, A=90, B=3)
+    done = tmp_path / "done"
+    job = Job(tmp_path, f'while [ ! -e "{done}" ]; do sleep 0.2; done; exit 0', gpus=[GPU_A, GPU_B], gpu_idle_timeout=0.8,
+              gpu_idle_utilization=10)
+    _job_json(job, nvidia_smi=str(folder / "nvidia-smi"))
+    with job.start() as proc:
+        _wait_for(lambda: (job.run_dir / "state.json").exists() and job.state()["state"] == "stalled")
+        assert job.state()["reason"] == "stalled: 1 of the job's 2 GPUs idled below 10 % for 0.8 s (gpu_idle_timeout): GPU-3c4d5e6f 3 %"
+        _utilization(readings, A=90, B=40)
+        _wait_for(lambda: job.state()["state"] == "running")
+        assert job.state()["reason"] is None and job.state()["stalled"] is False
+        done.touch()
+        assert proc.wait(timeout=30) == 0
+    assert job.record()["end_state"] == "finished"
+    assert [e["event"] for e in job.events()] == ["started", "stalled", "finished"]
+
+
+def test_a_missing_nvidia_smi_never_stalls_and_is_noted_once(tmp_path: Path) -> None:
+    job = Job(tmp_path, "sleep 1.5; exit 0", gpus=[GPU_A], gpu_idle_timeout=0.5, stall_action="stop")
+    _job_json(job, nvidia_smi=str(tmp_path / "none" / "nvidia-smi"))
+    assert job.run() == 0
+    assert job.record()["end_state"] == "finished"
+    assert [e["event"] for e in job.events()] == ["started", "finished"]
+    notes = [line for line in job.log_lines() if "gpu_idle_timeout" in line]
+    assert notes == [f"### trainops.pct_launch: session=job attempt=1 gpu_idle_timeout: {tmp_path}/none/nvidia-smi is not found "
+                     "(PATH, /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin); the GPU idle watchdog has no verdict"]
+
+
+class _Idle:
+    """Stands in for the GPU idle watchdog (``_job_gpu_idle.GpuIdle``): its words while the GPUs idle, else None."""
+
+    words: str | None = None
+
+    def begin(self) -> None:
+        """A new attempt."""
+
+    def idle_words(self) -> str | None:
+        return self.words
+
+
+def test_one_place_decides_the_stall_from_the_log_and_the_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recorded stall begins when either source stalls, names those that do, and ends only when neither does."""
+    from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_supervise, _job_watch  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(_job_supervise.process, "forward_signals", lambda *args: None)
+    job = Job(tmp_path, "true", gpus=[GPU_A], stall_timeout=10, notify_states=[])
+    with open(job.log, "ab") as log:
+        sup = _job_supervise.Supervisor(str(job.run_dir), json.loads((job.run_dir / "job.json").read_text()), log)
+        sup.gpu_idle = idle = _Idle()
+        watch = _job_watch.Watch(sup, types.SimpleNamespace(pid=-1), 0)
+        watch.progress = 0.0
+        gpus = "the job's GPU idled below 5 % for 60 s (gpu_idle_timeout): GPU-1a2b3c4d 0 %"
+        steps = [(5.0, None, None), (6.0, gpus, f"stalled: {gpus}"),
+                 (11.0, gpus, f"stalled: no log output for 10 s (stall_timeout); {gpus}")]
+        for now, idle.words, reason in steps:
+            watch.stall(now)
+            assert (sup.state["state"] == "stalled", sup.state["reason"]) == (reason is not None, reason), now
+        watch.progress = 11.5  # a progress line: the GPUs still idle
+        watch.stall(12.0)
+        assert (sup.state["state"], sup.state["reason"]) == ("stalled", f"stalled: {gpus}")
+        idle.words = None
+        watch.stall(13.0)
+        assert (sup.state["state"], sup.state["reason"], watch.flags["stalled"]) == ("running", None, False)

@@ -131,6 +131,19 @@ def test_restart_on_and_its_window_reach_the_supervisor(monkeypatch: pytest.Monk
     assert dict(spec.supervise)["restart_limit_window"] == 3600.0
 
 
+def test_the_gpu_idle_watchdog_reaches_the_supervisor_only_with_gpus(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (tmux_session.ARGUMENT_SPEC["gpu_idle_timeout"], tmux_session.ARGUMENT_SPEC["gpu_idle_utilization"]) == (
+        {"type": "float", "default": 0}, {"type": "float", "default": 5})
+    refused = Launches()
+    result = run(monkeypatch, capsys, {**ARGS, "gpu_idle_timeout": 600}, refused)
+    assert result["failed"] and "Invalid gpu_idle_timeout 600 without gpus" in result["msg"], result["msg"]
+    assert refused.calls == []
+    launches = Launches({"before_state": "absent", "result": "started", "pane_pid": "42", "state": "running"})
+    assert run(monkeypatch, capsys, {**ARGS, "gpus": 2, "gpu_idle_timeout": "600", "gpu_idle_utilization": 10}, launches)["changed"]
+    [(spec, _check)] = launches.calls
+    assert (dict(spec.supervise)["gpu_idle_timeout"], dict(spec.supervise)["gpu_idle_utilization"]) == (600.0, 10.0)
+
+
 def test_a_launch_by_root_may_ask_for_the_next_boot(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(_tmux_run, "run_root", lambda: _tmux_run.RUN_ROOT)
     launches = Launches({"before_state": "absent", "result": "started", "pane_pid": "42", "state": "running"})
