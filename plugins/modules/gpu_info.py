@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import typing as t
+
 DOCUMENTATION = r"""
 module: gpu_info
 short_description: Report the NVIDIA GPUs of a Proxmox VE container as its node sees them, and what a GPU job there would lack
@@ -229,6 +231,28 @@ device_files:
   returned: always
   type: list
   elements: dict
+cuda:
+  description:
+    - With O(gpus), on a target with GPUs and C(libcuda), CUDA initialised on the job's GPUs as O(user) - C(cuInit),
+      C(cuDeviceGetCount), and a context created and destroyed on each GPU, in a child process with the job's
+      C(CUDA_VISIBLE_DEVICES) (the UUIDs of the GPUs a list names, else of every GPU the target can open) - the only
+      test that finds a GPU CUDA cannot use although its device files open (CUDA error 999 after a node reboot, when
+      the node has not loaded C(nvidia-uvm) yet). A failure is one of RV(problems), with the CUDA error's name and
+      number and its fix.
+    - Null without O(gpus) or GPUs; C(ran) V(false) without C(libcuda) (no error).
+  returned: always
+  type: dict
+  contains:
+    ran: {description: Whether the probe ran (V(false) - no C(libcuda) in the target)., type: bool}
+    ok: {description: Whether CUDA initialised on every GPU., type: bool}
+    call: {description: The driver call that failed., type: str, sample: cuInit}
+    code: {description: Its CUresult (null for a probe that hung or crashed)., type: int, sample: 999}
+    name: {description: The error's name (C(timeout) or C(crashed) for a probe that hung or crashed)., type: str, sample: CUDA_ERROR_UNKNOWN}
+    fix: {description: What fixes it., type: str}
+    devices:
+      description: The GPUs CUDA initialised, each with C(ordinal), C(uuid) and C(pci_bus_id).
+      type: list
+      elements: dict
 device_access:
   description:
     - With O(gpus), each device file the job needs, opened for reading and writing as O(user) - C(/dev/nvidiactl),
@@ -310,6 +334,7 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._cuda_probe import probe_as
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, held, parse_request
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_devices import check_access, needed_paths
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_smi import device_files, gpus, library_versions, node_extras, processes
@@ -329,6 +354,13 @@ ARGUMENT_SPEC = dict(
 )
 
 
+def probed_devices(request: tuple[str, t.Any], visible: t.Sequence[t.Mapping[str, t.Any]]) -> str:
+    """CUDA_VISIBLE_DEVICES of the probe: the UUIDs of the GPUs a list names, else of every GPU the target can open
+    (which of them a count gets is decided at the start)."""
+    named = [gpu for gpu in visible if request[0] == "ids" and (str(gpu.get("index")) in request[1] or gpu.get("uuid") in request[1])]
+    return ",".join(str(gpu.get("uuid")) for gpu in (named or visible))
+
+
 def main() -> None:
     """Report what this host sees of its GPUs (it only reads)."""
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
@@ -343,7 +375,9 @@ def main() -> None:
     root, tmux, files = run_root(), Tmux(), device_files()
     # a GPU job's device files, opened as its user: a file that exists may still be closed to the job
     access = check_access(needed_paths(request, result["gpus"], files), module.params["user"]) if request else []
-    result.update(changed=False, device_files=files, device_access=access, libraries=library_versions(),
+    # and CUDA initialised on them as the job's user: device files that open may still give CUDA error 999
+    cuda = probe_as(module.params["user"], {"CUDA_VISIBLE_DEVICES": probed_devices(request, result["gpus"])}) if request and result["gpus"] else None
+    result.update(changed=False, device_files=files, device_access=access, cuda=cuda, libraries=library_versions(),
                   held=held(root, lambda name: probe(tmux, name, f"{root}/{name}", None).running, ""))
     # a host that is its own node reads its kernel log and driver versions here (in a container the action asks the node)
     result.update(node_extras(max(module.params["xid_hours"], 0), module.params["node_kernel_log"], module.params["node_root"]))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import typing as t
 
+from ansible_collections.trainops.pct_launch.plugins.module_utils._cuda_probe import message as cuda_message
+
 BUSY_UTILIZATION = 10  # %: a GPU this busy with no process named is in use by something
 BUSY_MEMORY = 512  # MiB
 HINT_DEVICES = ("give the container the device files with a mode its job's user can open (in its config: "
@@ -167,6 +169,9 @@ def problems(node: t.Mapping[str, t.Any], host: t.Mapping[str, t.Any], request: 
     if not gpu_files:
         found.append(f"no GPU device file (/dev/nvidia0, ...) in the container: {HINT_DEVICES}")
     found += access_problems(host.get("device_access") or [])
+    failed = cuda_message(host.get("cuda") or {}, "the job's GPUs")
+    if failed:
+        found.append(failed)
     found += _library_problems(node.get("driver_version"), host.get("libraries") or {})
     visible = len(host.get("gpus") or [])
     if request[0] == "count" and host.get("gpus") is not None and not host.get("error") and request[1] > visible:

@@ -121,3 +121,13 @@ def test_other_reasons_a_device_file_does_not_open() -> None:
     assert V.access_problems([_access("/dev/nvidia0", errno="EBUSY", error="Device or resource busy")]) == [
         "cannot open /dev/nvidia0 (c 195:0, 0660 root:root) as user trainer in the container: EBUSY, Device or resource busy: "
         "check these files on the node (ls -l /dev/nvidia*) and the container's device lines in its config"]
+
+
+def test_a_cuda_probe_that_failed_is_a_problem_with_its_error_and_fix() -> None:
+    failed = {"ran": True, "ok": False, "visible_devices": f"{U[0]},{U[1]}", "call": "cuInit", "code": 999, "name": "CUDA_ERROR_UNKNOWN",
+              "text": "unknown error", "device": None, "fix": "load nvidia-uvm on the node (nvidia-modprobe -u -c=0), then restart the container"}
+    found = V.problems(NODE, dict(HOST, cuda=failed), ("count", 2))
+    assert len(found) == 1 and found[0].startswith("CUDA cannot initialise the job's GPUs for the job: cuInit failed with CUDA_ERROR_UNKNOWN (999"), found
+    assert "nvidia-modprobe -u -c=0" in found[0]
+    assert V.problems(NODE, dict(HOST, cuda={"ran": False, "reason": "no libcuda"}), ("count", 2)) == []
+    assert V.problems(NODE, dict(HOST, cuda={"ran": True, "ok": True, "devices": []}), ("count", 2)) == []
