@@ -14,20 +14,16 @@ answers. The same call brings the node's driver versions and the ``NVRM: Xid`` l
 
 from __future__ import annotations
 
-import json
 import time
 import typing as t
 
-from ansible.errors import AnsibleError
-from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _gpu_smi
 from ansible_collections.trainops.pct_launch.plugins.module_utils._gpu_alloc import GpuError, parse_request
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _gpu_xid
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._gpu_node import ask, can_ask
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._gpu_verdict import blocking, busy, problems
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
-from ansible_collections.trainops.pct_launch.plugins.plugin_utils._node_program import answer, source_of
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_vars import host_node, host_vmid
 
 MODULE_NAME = "trainops.pct_launch.gpu_info"
@@ -38,15 +34,6 @@ XID_HOURS = 24
 # What the module would report in a container of a node without GPUs.
 NO_GPU = {"gpus": [], "nvidia_smi": None, "driver_version": None, "error": None, "device_files": [], "device_access": [],
           "libraries": {}, "held": {}}
-
-
-def node_argv(nvidia_smi: str, xid_hours: int = 0, kernel_log: t.Sequence[str] | None = None, root: str = "/") -> list[str]:
-    """What runs on the node: ``python3 - --nvidia-smi PROGRAM --driver [--xid-hours N [--kernel-log-command JSON]]
-    [--root DIR]`` with ``_gpu_smi.py`` on its standard input."""
-    argv = ["python3", "-", "--nvidia-smi", nvidia_smi, "--driver"]
-    if xid_hours > 0:
-        argv += ["--xid-hours", str(xid_hours)] + (["--kernel-log-command", json.dumps(list(kernel_log))] if kernel_log else [])
-    return argv + (["--root", root] if root not in ("", "/") else [])
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -69,20 +56,6 @@ def driver_drift(raw: t.Mapping[str, t.Any] | None, node: str) -> tuple[dict[str
                     f"({way} since the node booted); GPU jobs may fail with \"Driver/library version mismatch\": reboot the node, or "
                     "load the installed module (rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia, then modprobe nvidia and "
                     "nvidia-modprobe -u -c=0) when no GPU is in use")
-
-
-def node_program() -> bytes:
-    """The source of ``_gpu_smi.py``, as the node's python3 reads it from its standard input."""
-    return source_of(_gpu_smi)
-
-
-def parse_node_answer(rc: int, out: bytes, err: bytes) -> dict[str, t.Any]:
-    """The node's report, or one whose ``error`` says why the node could not give it."""
-    report, cause = answer(rc, out, err)
-    if report is not None:
-        return report
-    return {"gpus": [], "driver_version": None, "processes": [], "nvidia_smi": None,
-            "error": f"python3 on the node could not report its GPUs (exit status {rc}): {cause}"}
 
 
 def node_log_options(args: t.Mapping[str, t.Any]) -> tuple[int, list[str] | None]:
@@ -130,7 +103,7 @@ class ActionModule(ActionBase):
         except GpuError as exc:
             return dict(result, failed=True, msg=str(exc))
         vmid, root = host_vmid(task_vars), str(args.get("node_root") or "/")
-        node = self._ask_node(str(args.get("node_nvidia_smi") or "nvidia-smi"), hours, log_argv, root) if self._on_container() else None
+        node = ask(self._connection, str(args.get("node_nvidia_smi") or "nvidia-smi"), hours, log_argv, root) if can_ask(self._connection) else None
         if node is not None and request is None and not node.get("gpus") and not node.get("error"):
             # a node without GPUs has none to give its containers: nothing to look at in there (no pct call)
             health = node_health(node, hours, task_vars)
@@ -155,15 +128,3 @@ class ActionModule(ActionBase):
                       blocking=blocking(findings, request), problems=problems(node, host, request), changed=False, container_checked=True)
         result.update(health, warnings=list(host.get("warnings") or []) + health["warnings"])
         return result
-
-    def _on_container(self) -> bool:
-        """Whether the task reaches a container through the collection's pct connection (it can ask the node)."""
-        return callable(getattr(self._connection, "node_command", None))
-
-    def _ask_node(self, nvidia_smi: str, hours: int = 0, log_argv: t.Sequence[str] | None = None, root: str = "/") -> dict[str, t.Any]:
-        """The node's report, asked through the connection; one whose ``error`` says why when it could not be had."""
-        try:
-            rc, out, err = self._connection.node_command(node_argv(nvidia_smi, hours, log_argv, root), in_data=node_program())
-        except AnsibleError as exc:
-            return parse_node_answer(255, b"", to_text(exc).encode())
-        return parse_node_answer(rc, out, err)

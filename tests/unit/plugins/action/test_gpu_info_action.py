@@ -13,7 +13,8 @@ from unittest.mock import MagicMock
 
 import pytest
 
-from ansible_collections.trainops.pct_launch.plugins.action.gpu_info import MODULE_NAME, ActionModule, driver_drift, node_argv, node_program
+from ansible_collections.trainops.pct_launch.plugins.action.gpu_info import MODULE_NAME, ActionModule, driver_drift
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils._gpu_node import node_argv, node_program
 
 NOW = time.time()
 GPU = {"index": 0, "uuid": "GPU-a", "name": "NVIDIA A100", "driver_version": "550.54.14", "utilization": 0, "memory_used": 0,
