@@ -26,7 +26,9 @@
 #                the OpenSSH server and client, sudo (pct through sudo: node_become)
 #   tests        what tests/run.sh needs beyond the above: git (sanity's copy of
 #                the collection), tmux (unit tests of the launch on the host),
-#                ShellCheck (sanity), strace (tests/integration/test_system_packages.py)
+#                ShellCheck (sanity), strace (tests/integration/test_system_packages.py),
+#                gcc and libc6-dev (the stand-in libcuda of the CUDA probe's tests,
+#                tests/integration/fake_libcuda.py: cc and the C library's headers)
 set -euo pipefail
 
 group_packages() {
@@ -34,7 +36,7 @@ group_packages() {
         bootstrap) echo python3 python3-venv ;;
         standin) echo lxc lxc-templates mmdebstrap python3 ca-certificates procps ;;
         nodes) echo openssh-server openssh-client sudo ;;
-        tests) echo git tmux shellcheck strace ;;
+        tests) echo git tmux shellcheck strace gcc libc6-dev ;;
         *) echo "system-packages: unknown group '$1' (groups: bootstrap standin nodes tests)" >&2; return 2 ;;
     esac
 }
@@ -47,7 +49,7 @@ mode=install
 case "${1:-}" in
     --list) mode=list; shift ;;
     --check) mode=check; shift ;;
-    -h | --help) sed -n '11,29s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '11,31s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
 esac
 [ "$#" -gt 0 ] || { echo "usage: tools/system-packages.sh [--list|--check] GROUP..." >&2; exit 2; }
 

@@ -3,8 +3,9 @@
 """When the supervisor starts a job again (docs/job-life.md, ``supervise``): the settings' defaults, the delay
 before each restart, the restarts that count (``Counted``: ``restart_limit_window``) and the decision (``decide``:
 ``restart``, ``restart_on`` by the cause of the attempt's end, ``no_restart_exit_codes``, ``restart_limit``), with its
-words. ``_job_supervise`` imports it (and names it as its own, as before); staged with the supervisor, standard
-library only, Python 3.7 or later.
+words, and the end of a restart that the CUDA probe refused (``refused_by_cuda``: a job with GPUs whose GPUs CUDA
+cannot initialise any more is not started again, issue 35). ``_job_supervise`` imports it (and names it as its own,
+as before); staged with the supervisor, standard library only, Python 3.7 or later.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ DEFAULTS: dict[str, t.Any] = {
 # How an attempt ended that is never started again, whatever the settings: a stop by trainops, a signal to the pane,
 # a container that shuts down, the time limit.
 NEVER = ("stopped", "signalled", "shutdown", "timed_out")
+# The cause of the end of a job whose restart the CUDA probe refused (the end_state stays the last attempt's).
+CUDA_PROBE = "cuda_probe"
+# How much of the last attempt's reason the end of a refused restart keeps before the CUDA error and its fix, so that
+# the command of the fix stays within the reason's 300 characters (``_job_end.REASON_MAX``).
+ATTEMPT_WORDS = 40
 
 
 class Decision(t.NamedTuple):
@@ -116,3 +122,13 @@ def decide(policy: t.Mapping[str, t.Any], status: int, ended: t.Mapping[str, t.A
 def wants_restart(policy: t.Mapping[str, t.Any], status: int, ended: t.Mapping[str, t.Any], restarts: int, cause: str | None = None) -> bool:
     """Whether an attempt that ended so is started again (``decide`` without its words)."""
     return decide(policy, status, ended, cause, restarts).restart
+
+
+def refused_by_cuda(end: t.Mapping[str, t.Any], words: str) -> dict[str, t.Any]:
+    """The end of a job whose restart the CUDA probe refused: the last attempt's ``end`` (its ``end_state``), with the
+    cause ``cuda_probe`` and the reason ``<the attempt's reason, cut>; not restarted: <words>`` (``words``: the failed
+    probe's ``_cuda_probe.message``); the supervisor cuts the whole to 300 characters (``_job_end.one_line``)."""
+    before = " ".join(str(end.get("reason") or f"exit status {end.get('exit_status')}").split())
+    if len(before) > ATTEMPT_WORDS:
+        before = before[:ATTEMPT_WORDS - 1].rstrip() + "\u2026"
+    return dict(end, cause=CUDA_PROBE, reason=f"{before}; not restarted: {words}")

@@ -21,6 +21,7 @@ import types
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import (
+    _cuda_probe,
     _job_end,
     _job_gpu_idle,
     _job_history,
@@ -41,7 +42,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_process i
 
 # every module the supervisor imports, and those they import (a unit test imports them from the staged copy alone)
 PROGRAM: tuple[types.ModuleType, ...] = (_job_supervise, _job_restart, _job_watch, _job_gpu_idle, _job_end, _job_memory, _job_shutdown,
-                                         _job_notify, _job_history, _job_live, _job_process, _job_layout, _notify_format)
+                                         _job_notify, _job_history, _job_live, _job_process, _job_layout, _notify_format, _cuda_probe)
 PACKAGE = ("ansible_collections", "trainops", "pct_launch", "plugins", "module_utils")
 
 

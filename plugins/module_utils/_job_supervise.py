@@ -7,25 +7,29 @@ and ``_job_process`` what it does to the job's process. ``run(run_dir)`` starts 
 watches it every ``TICK`` seconds (``_job_watch.Watch``), restarts it as ``supervise`` in job.json says, keeps
 ``RUN_DIR/state.json`` current, sends the notifications (``_job_notify``), and at the end classifies it
 (``_job_end``), writes the trailer and the exit record, and leaves the launch in the history
-(``_job_history``). Where the launch kept a live record for the container's next boot (``job.json``'s ``live``,
-``_job_live``), it notes each state change there and removes it once the end is recorded; a start at boot
-(``job.json``'s ``resume``, ``_job_resume``) goes on with the launch's next attempt. It imports only the files
-staged next to it, and runs with Python 3.7 or later.
+(``_job_history``). Before each restart of a job with GPUs it initialises CUDA on them as the job's user
+(``cuda_refusal``, ``_cuda_probe``): a failure ends the job instead, with the CUDA error and its fix. Where the
+launch kept a live record for the container's next boot (``job.json``'s ``live``, ``_job_live``), it notes each
+state change there and removes it once the end is recorded; a start at boot (``job.json``'s ``resume``,
+``_job_resume``) goes on with the launch's next attempt. It imports only the files staged next to it, and runs with
+Python 3.7 or later.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import sys
 import time
 import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_end, _job_gpu_idle, _job_history, _job_live, _job_memory, _job_notify
-from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_shutdown
+from ansible_collections.trainops.pct_launch.plugins.module_utils import _cuda_probe, _job_shutdown
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_process as process
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import PGID_FILE, PROVEN_FILE, STATE_FILE, attempt_error_file
-from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import DEFAULTS, Counted, decide, policy_of, restart_delay, wants_restart
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import DEFAULTS, Counted, decide, policy_of, refused_by_cuda
+from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart import restart_delay, wants_restart
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_watch import TICK, Watch, size_of
 
 STATE_EVERY = 2.0
@@ -179,11 +183,35 @@ class Supervisor:
             if not self.pause(decision.delay, why):  # a stop, a signal or the time limit during the delay: that is the end
                 end, note = self.classify(status, flags, grown, env), None
                 break
+            refused = self.cuda_refusal(env)
+            if refused:  # CUDA cannot initialise the job's GPUs: another attempt would fail the same way
+                end, note = refused_by_cuda(end, refused), None
+                end["reason"] = _job_end.one_line(end["reason"])
+                break
             status, flags, grown = self.attempt(env, dict(end, end_state=None, reason=why))
         if note:  # why it was not started again
             end["reason"] = _job_end.one_line(str(end.get("reason")), f"; {note}")
         self.leave(history, status, end)
         return status
+
+    def cuda_refusal(self, env: t.Mapping[str, str]) -> str | None:
+        """The failed CUDA probe's message (``_cuda_probe.message``), also written to the log, or None: CUDA initialised
+        on the job's GPUs as the job's user with the job's environment, or the job has no GPUs, or the target no libcuda."""
+        gpus = [str(uuid) for uuid in self.job.get("gpus") or [] if uuid]
+        if not gpus:
+            return None
+        user = self.job.get("user")
+        try:
+            home = pwd.getpwnam(user).pw_dir if user else pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:  # the probe says that the user does not exist
+            home = "/"
+        environ = dict(process.job_environment(self.job, home or "/", env), CUDA_VISIBLE_DEVICES=",".join(gpus))
+        result = _cuda_probe.probe_as(user, environ)
+        words = _cuda_probe.message(result, f"GPU {gpus[0][:12]}" if len(gpus) == 1 else f"{len(gpus)} GPUs")  # short: the reason has 300 characters
+        if not words:
+            return None
+        process.log_line(self.log, f"trainops.pct_launch: attempt {self.state['attempt'] + 1} not started: {words}")
+        return words
 
     def classify(self, status: int, flags: t.Mapping[str, t.Any], grown: t.Mapping[str, int], env: t.Mapping[str, str]) -> dict[str, t.Any]:
         """The end of an attempt (``_job_end.classify``), in the supervisor's own words where it caused it."""

@@ -4,8 +4,15 @@
 (``_cuda_probe``) makes, with their real C signatures and error codes, scripted by the environment (``FAKE_CUDA_*``,
 see the C file) and CUDA_VISIBLE_DEVICES::
 
-    library = build(tmp_path)  # tmp_path / "libcuda.so.1"; the test is skipped without a C compiler
+    library = build(tmp_path)  # tmp_path / "libcuda.so.1"; fails without a C compiler (tools/system-packages.sh tests)
     probe_as(None, {"FAKE_CUDA_DEVICES": "2", "FAKE_CUDA_FAIL": "cuInit:999"}, library=str(library))
+
+A ``FAKE_CUDA_*`` setting not in the environment is read from ``CONF`` (``/etc/fake-cuda.conf``; the environment's
+``FAKE_CUDA_CONF`` names another file), again at each ``cuInit``: one ``FAKE_CUDA_NAME=VALUE`` a line, the same names
+as the environment's, ``#`` comments and blank lines ignored, the environment winning. The probe runs with the job's
+environment alone, so a test scripts the libcuda of a container there (``conf_text``)::
+
+    FAKE_CUDA_FAIL=cuInit:999
 
 ``records(path)`` reads back what it wrote to ``FAKE_CUDA_RECORD``: the uid and CUDA_VISIBLE_DEVICES it ran with, the
 contexts it created and destroyed.
@@ -19,10 +26,11 @@ import subprocess
 import typing as t
 from pathlib import Path
 
-import pytest
-
 SOURCE = Path(__file__).resolve().parent / "files" / "fake_libcuda.c"
 LIBRARY = "libcuda.so.1"
+CONF = "/etc/fake-cuda.conf"
+NO_COMPILER = ("building the stand-in libcuda failed: no C compiler (cc or gcc) on this machine; install the tests' packages as root "
+               "with `tools/system-packages.sh tests` (gcc, libc6-dev)")
 
 
 def compiler() -> str | None:
@@ -31,17 +39,24 @@ def compiler() -> str | None:
 
 
 def build(directory: Path) -> Path:
-    """``directory / libcuda.so.1`` compiled from the stand-in's source (mode 0755, readable by any user); skips the
-    calling test when there is no C compiler."""
+    """``directory / libcuda.so.1`` compiled from the stand-in's source (mode 0755, readable by any user). Without a C
+    compiler it raises RuntimeError (the test fails, never skips: a skipped test cannot fail on CI)."""
     cc = compiler()
     if cc is None:
-        pytest.skip("no C compiler (cc or gcc) to build the stand-in libcuda")
+        raise RuntimeError(NO_COMPILER)
     target = Path(directory) / LIBRARY
     done = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(target), str(SOURCE)], capture_output=True, text=True, check=False)
     if done.returncode:
-        raise RuntimeError(f"building the stand-in libcuda failed: {done.stderr}")
+        raise RuntimeError(f"building the stand-in libcuda {target} failed: {done.stderr.strip()}; install the tests' packages as root "
+                           "with `tools/system-packages.sh tests` (gcc, libc6-dev)")
     os.chmod(target, 0o755)
     return target
+
+
+def conf_text(**settings: str) -> str:
+    """The text of a configuration file (``CONF``) with these settings: ``conf_text(FAIL="cuInit:999")`` is
+    ``FAKE_CUDA_FAIL=cuInit:999``."""
+    return "".join(f"FAKE_CUDA_{name}={value}\n" for name, value in settings.items())
 
 
 def records(path: Path) -> list[tuple[str, str]]:

@@ -71,11 +71,13 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import fake_libcuda
 from .conftest import REPO, StandinNode
 
 SMI_SOURCE = REPO / "tools" / "pve_standin" / "nvidia_smi.py"
@@ -91,6 +93,7 @@ GPU_UUIDS = (
 GPU_NAME = "NVIDIA A100-SXM4-40GB"
 GPU_MEMORY = 40960
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
+_LIBCUDA: list[bytes] = []  # the stand-in libcuda, once built
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 511
 # The numbers every stand-in NVIDIA device file gets: the null device's. LXC's default device rules allow it
@@ -329,13 +332,31 @@ def allow_devices(vmid: int, rule: str) -> None:
         (Path(folder) / "devices.allow").write_text(rule + "\n", encoding="utf-8")
 
 
+def built_libcuda() -> bytes:
+    """The stand-in libcuda (files/fake_libcuda.c), built once per test process."""
+    if not _LIBCUDA:
+        with tempfile.TemporaryDirectory(prefix="fake-libcuda-") as folder:
+            _LIBCUDA.append(fake_libcuda.build(Path(folder)).read_bytes())
+    return _LIBCUDA[0]
+
+
 def install_libraries(node: StandinNode, vmid: int, version: str) -> None:
-    """Small stand-in libcuda.so.VERSION and libnvidia-ml.so.VERSION, with the .so.1 and .so symlinks."""
+    """The stand-in libcuda.so.VERSION (a real shared library that the CUDA probe loads, fake_libcuda) and a small
+    libnvidia-ml.so.VERSION, with the .so.1 and .so symlinks."""
     script = ('set -e; cd "$1"; for lib in libcuda libnvidia-ml; do '
-              'printf "stand-in %s.so.%s\\n" "$lib" "$2" > "$lib.so.$2"; '
+              '[ "$lib" = libcuda ] || printf "stand-in %s.so.%s\\n" "$lib" "$2" > "$lib.so.$2"; '
               'for old in "$lib".so.[0-9]*.[0-9]*; do [ "$old" = "$lib.so.$2" ] || rm -f "$old"; done; '
               'ln -sfn "$lib.so.$2" "$lib.so.1"; ln -sfn "$lib.so.1" "$lib.so"; done')
+    push_file(node, vmid, f"{LIB_DIR}/libcuda.so.{version}", built_libcuda(), "0755")
     node.sh(vmid, script, LIB_DIR, version)
+
+
+def install_cuda_conf(node: StandinNode, vmid: int, gpus: Sequence[dict[str, Any]], **settings: str) -> None:
+    """The stand-in libcuda's settings in the container (fake_libcuda.CONF): these GPUs (UUIDs, PCI bus ids), and
+    ``settings`` (``FAIL="cuInit:999"``)."""
+    text = fake_libcuda.conf_text(UUIDS=",".join(str(gpu["uuid"]) for gpu in gpus),
+                                  BUS_IDS=",".join(str(gpu["pci_bus_id"])[4:] for gpu in gpus), **settings)
+    push_file(node, vmid, fake_libcuda.CONF, text.encode("utf-8"))
 
 
 def install_in_container(node: StandinNode, vmid: int, gpus: Sequence[dict[str, Any]], driver_version: str = DRIVER,
@@ -354,6 +375,7 @@ def install_in_container(node: StandinNode, vmid: int, gpus: Sequence[dict[str, 
     make_devices(node, vmid, device_names(gpus) if devices is None else devices)
     if libraries:
         install_libraries(node, vmid, library_version or driver_version)
+        install_cuda_conf(node, vmid, gpus)
 
 
 def sync_container_view(node: StandinNode, vmid: int, node_state_file: Path) -> None:
@@ -495,3 +517,56 @@ def gpu_processes() -> Iterator[None]:
         yield
     finally:
         kill_all_gpu_processes()
+
+
+# ---------------------------------------------------------------------------
+# The node's kernel log and driver versions (tools/pve_standin/README.md, "The node's kernel log and driver versions")
+# ---------------------------------------------------------------------------
+KERNEL_LOG_SOURCE = REPO / "tools" / "pve_standin" / "node_kernel_log.py"
+# gpu_info's node_kernel_log after the program: what journalctl -k is asked on a Proxmox VE node (without --since: the
+# collection passes a given command as it is, and reads the lines' own times)
+KERNEL_LOG_ARGS = ("-k", "-o", "short-iso-precise", "--no-pager")
+
+
+def xid_line(seconds: float, gpu: dict[str, Any], xid: int, text: str, pid: int = 1234, name: str = "python3") -> str:
+    """A driver's Xid line of ``gpu`` (an entry of ``gpu_entries``) as ``journalctl -k -o short-iso-precise`` prints it:
+    ``...+0000 pve-standin kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1234, name=python3, GPU has fallen off the bus.``"""
+    _domain, bus, device = str(gpu["pci_bus_id"]).split(".", maxsplit=1)[0].split(":")
+    message = f"NVRM: Xid (PCI:0000:{bus.lower()}:{device.lower()}): {xid}, pid={pid}, name={name}, {text}"
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds % 1 * 1e6):06d}+0000"
+    return f"{stamp} pve-standin kernel: {message}"
+
+
+def install_node_kernel_log(directory: Path, lines: Sequence[str]) -> list[str]:
+    """Install the node's kernel log stand-in as ``directory/node-kernel-log`` with ``lines`` in ``directory/kernel.log``;
+    returns gpu_info's ``node_kernel_log`` (the program and journalctl's arguments)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    program = directory / "node-kernel-log"
+    program.write_bytes(SHEBANG + KERNEL_LOG_SOURCE.read_bytes())
+    program.chmod(0o755)
+    (directory / "kernel.log").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return [str(program), *KERNEL_LOG_ARGS]
+
+
+def install_driver_tree(root: Path, loaded: str, installed: str) -> Path:
+    """A node's driver files under ``root`` (gpu_info's ``node_root``): the loaded kernel module's version in
+    ``sys/module/nvidia/version`` and the installed user-space driver, ``libnvidia-ml.so.INSTALLED`` and its ``.so.1`` link."""
+    module = root / "sys" / "module" / "nvidia"
+    module.mkdir(parents=True, exist_ok=True)
+    (module / "version").write_text(loaded + "\n", encoding="utf-8")
+    libs = root / LIB_DIR.lstrip("/")
+    libs.mkdir(parents=True, exist_ok=True)
+    for old in libs.glob("libnvidia-ml.so*"):
+        old.unlink()
+    (libs / f"libnvidia-ml.so.{installed}").write_text(f"stand-in libnvidia-ml.so.{installed}\n", encoding="utf-8")
+    (libs / "libnvidia-ml.so.1").symlink_to(f"libnvidia-ml.so.{installed}")
+    return root
+
+
+def set_container_utilization(node: StandinNode, vmid: int, utilization: Sequence[int]) -> None:
+    """The utilisation (%) a container's nvidia-smi reports for its GPUs, in index order (as a training job's GPUs would)."""
+    text = node.pct("exec", vmid, "--", "cat", "/usr/bin/nvidia-smi.json", check=True).stdout
+    state = json.loads(text)
+    for gpu, value in zip(sorted(state["gpus"], key=lambda g: int(g["index"])), utilization):
+        gpu["utilization"] = int(value)
+    push_file(node, vmid, "/usr/bin/nvidia-smi.json", (json.dumps(state, indent=1) + "\n").encode())

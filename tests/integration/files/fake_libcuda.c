@@ -4,7 +4,7 @@
  * A stand-in libcuda.so.1 for tests of the CUDA probe (plugins/module_utils/_cuda_probe.py): the CUDA Driver API
  * calls the probe makes, with the real C signatures (cuda.h) and the real CUresult codes, names and texts of the
  * errors it handles (https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TYPES.html). No GPU is touched.
- * Built by tests/integration/fake_libcuda.py. Its behaviour comes from the environment at cuInit:
+ * Built by tests/integration/fake_libcuda.py. Its behaviour comes from the environment, read at cuInit:
  *
  *   FAKE_CUDA_DEVICES=N        GPUs of the node (default: as many as FAKE_CUDA_UUIDS names, else 1; at most 16)
  *   FAKE_CUDA_UUIDS=a,b        their UUIDs as nvidia-smi prints them (default GPU-5a5a000N-1111-2222-3333-00000000000N)
@@ -14,6 +14,15 @@
  *   FAKE_CUDA_ABORT=call       the call aborts the process (SIGABRT)
  *   FAKE_CUDA_RECORD=path      appends NUL-terminated records: uid=N, CUDA_VISIBLE_DEVICES=... (or CUDA_VISIBLE_DEVICES
  *                              unset), ctx_create=N, ctx_destroy=N
+ *
+ * A FAKE_CUDA_* variable that is not in the environment is read from the configuration file /etc/fake-cuda.conf (or the
+ * file FAKE_CUDA_CONF names, from the environment only), read again at each cuInit: the CUDA probe runs with the job's
+ * environment alone, so a test scripts a container's libcuda there. One setting a line, with the same names as the
+ * environment's, `#` comments and blank lines ignored, a variable set in the environment (even empty) wins:
+ *
+ *   # /etc/fake-cuda.conf
+ *   FAKE_CUDA_FAIL=cuInit:999
+ *   FAKE_CUDA_DEVICES=4
  *
  * CUDA_VISIBLE_DEVICES is read as the driver reads it: a comma-separated list of indexes or UUIDs (a UUID may be given by
  * a unique prefix); the first entry that names no GPU ends the list; no GPU left: cuInit returns CUDA_ERROR_NO_DEVICE.
@@ -31,6 +40,8 @@ typedef struct CUuuid_st { char bytes[16]; } CUuuid;
 
 #define MAX_GPUS 16
 #define FIELD 96
+#define CONF "/etc/fake-cuda.conf"
+#define CONF_LINE 4096
 
 static const struct { CUresult code; const char *name; const char *text; } ERRORS[] = {
     {0, "CUDA_SUCCESS", "no error"},
@@ -56,8 +67,54 @@ static char uuids[MAX_GPUS][FIELD];
 static char bus_ids[MAX_GPUS][FIELD];
 static char contexts[MAX_GPUS];        /* a context is the address of its device's byte */
 
+/* The FAKE_CUDA_* settings: the environment's, else the configuration file's (load_settings at cuInit). */
+static const char *const KEYS[] = {"FAKE_CUDA_DEVICES", "FAKE_CUDA_UUIDS", "FAKE_CUDA_BUS_IDS", "FAKE_CUDA_FAIL",
+                                   "FAKE_CUDA_HANG", "FAKE_CUDA_ABORT", "FAKE_CUDA_RECORD"};
+#define KEY_COUNT (sizeof KEYS / sizeof KEYS[0])
+static char conf_values[KEY_COUNT][CONF_LINE];
+static int conf_set[KEY_COUNT];
+
+/* The value of the setting name: the environment's, else the configuration file's, else NULL. */
+static const char *setting(const char *name) {
+    const char *value = getenv(name);
+    if (value) return value;
+    for (size_t i = 0; i < KEY_COUNT; i++) {
+        if (strcmp(KEYS[i], name) == 0) return conf_set[i] ? conf_values[i] : NULL;
+    }
+    return NULL;
+}
+
+/* One `NAME=VALUE` line of the configuration file (its newline removed) into conf_values. */
+static void conf_line(char *line) {
+    while (*line == ' ' || *line == '\t') line++;
+    if (*line == '#' || *line == '\0') return;
+    char *equal = strchr(line, '=');
+    if (!equal) return;
+    *equal = '\0';
+    for (size_t i = 0; i < KEY_COUNT; i++) {
+        if (strcmp(KEYS[i], line) == 0) {
+            snprintf(conf_values[i], CONF_LINE, "%s", equal + 1);
+            conf_set[i] = 1;
+        }
+    }
+}
+
+/* Read the configuration file again (none, or one this user cannot read: no settings from it). */
+static void load_settings(void) {
+    const char *path = getenv("FAKE_CUDA_CONF");
+    FILE *file = fopen(path ? path : CONF, "r");
+    char line[CONF_LINE];
+    memset(conf_set, 0, sizeof conf_set);
+    if (!file) return;
+    while (fgets(line, sizeof line, file)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        conf_line(line);
+    }
+    fclose(file);
+}
+
 static void record(const char *key, const char *value) {
-    const char *path = getenv("FAKE_CUDA_RECORD");
+    const char *path = setting("FAKE_CUDA_RECORD");
     FILE *file = path ? fopen(path, "a") : NULL;
     if (file) {
         fprintf(file, "%s=%s", key, value);
@@ -74,7 +131,7 @@ static void record_number(const char *key, long number) {
 
 /* The code FAKE_CUDA_FAIL gives call (on device ordinal; -1: any), else 0; hangs or aborts as asked. */
 static CUresult scripted(const char *call, int ordinal) {
-    const char *hang = getenv("FAKE_CUDA_HANG"), *stop = getenv("FAKE_CUDA_ABORT"), *fail = getenv("FAKE_CUDA_FAIL");
+    const char *hang = setting("FAKE_CUDA_HANG"), *stop = setting("FAKE_CUDA_ABORT"), *fail = setting("FAKE_CUDA_FAIL");
     size_t length = strlen(call);
     if (hang && strcmp(hang, call) == 0) {
         for (;;) pause();
@@ -90,9 +147,8 @@ static CUresult scripted(const char *call, int ordinal) {
     return 0;
 }
 
-/* The i-th comma-separated entry of the variable name into out (empty when there is none). */
-static void entry(const char *name, int i, char *out) {
-    const char *text = getenv(name);
+/* The i-th comma-separated entry of text (NULL: none) into out (empty when there is none). */
+static void entry(const char *text, int i, char *out) {
     out[0] = '\0';
     for (; text && i > 0; i--) text = strchr(text, ',') ? strchr(text, ',') + 1 : NULL;
     if (!text) return;
@@ -103,7 +159,7 @@ static void entry(const char *name, int i, char *out) {
 }
 
 static void node_gpus(void) {
-    const char *count = getenv("FAKE_CUDA_DEVICES"), *given = getenv("FAKE_CUDA_UUIDS");
+    const char *count = setting("FAKE_CUDA_DEVICES"), *given = setting("FAKE_CUDA_UUIDS"), *buses = setting("FAKE_CUDA_BUS_IDS");
     gpus = 1;
     if (given && *given) {
         gpus = 1;
@@ -113,9 +169,9 @@ static void node_gpus(void) {
     if (gpus < 0) gpus = 0;
     if (gpus > MAX_GPUS) gpus = MAX_GPUS;
     for (int i = 0; i < gpus; i++) {
-        entry("FAKE_CUDA_UUIDS", i, uuids[i]);
+        entry(given, i, uuids[i]);
         if (!uuids[i][0]) snprintf(uuids[i], FIELD, "GPU-5a5a%04x-1111-2222-3333-%012x", i, i);
-        entry("FAKE_CUDA_BUS_IDS", i, bus_ids[i]);
+        entry(buses, i, bus_ids[i]);
         if (!bus_ids[i][0]) snprintf(bus_ids[i], FIELD, "0000:%02X:00.0", 0x2A + i);
     }
 }
@@ -146,7 +202,7 @@ static void visible_gpus(void) {
         return;
     }
     for (int i = 0; visible_count < MAX_GPUS; i++) {
-        entry("CUDA_VISIBLE_DEVICES", i, item);
+        entry(text, i, item);
         int gpu = named(item);
         if (gpu < 0) return;
         visible[visible_count++] = gpu;
@@ -155,6 +211,7 @@ static void visible_gpus(void) {
 
 CUresult cuInit(unsigned int flags) {
     const char *text = getenv("CUDA_VISIBLE_DEVICES");
+    load_settings();
     record_number("uid", (long)getuid());
     record(text ? "CUDA_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES unset", text ? text : "");
     CUresult code = scripted("cuInit", -1);

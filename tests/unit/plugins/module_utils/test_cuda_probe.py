@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _cuda_probe as P
-from tests.integration.fake_libcuda import build, values
+from tests.integration.fake_libcuda import build, conf_text, values
 
 UUIDS = ["GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-5555-6666-7777-888888888888"]
 BUS_IDS = ["0000:2A:00.0", "0000:81:00.0"]
@@ -63,6 +63,19 @@ def test_the_driver_enumerates_the_jobs_gpus_only(libcuda: Path, tmp_path: Path)
     for visible, uuid in (("GPU-bbbb", UUIDS[1]), ("1", UUIDS[1]), ("0", UUIDS[0])):
         result = P.probe_as(None, _env(tmp_path, CUDA_VISIBLE_DEVICES=visible), library=str(libcuda))
         assert result["ok"] and [gpu["uuid"] for gpu in result["devices"]] == [uuid] and result["visible_devices"] == visible
+
+
+def test_settings_not_in_the_environment_come_from_the_configuration_file(libcuda: Path, tmp_path: Path) -> None:
+    """What a container's /etc/fake-cuda.conf scripts reaches a probe that has the job's environment only; the environment wins."""
+    conf = tmp_path / "fake-cuda.conf"
+    conf.write_text("# the container's stand-in\n\n  " + conf_text(FAIL="cuInit:999", DEVICES="3", RECORD=str(tmp_path / "record")), encoding="utf-8")
+    failed = P.probe_as(None, {"FAKE_CUDA_CONF": str(conf)}, library=str(libcuda))
+    assert (failed["ok"], failed["call"], failed["code"], failed["name"]) == (False, "cuInit", 999, "CUDA_ERROR_UNKNOWN"), failed
+    assert values(tmp_path / "record", "uid") == [str(os.getuid())]
+    passed = P.probe_as(None, {"FAKE_CUDA_CONF": str(conf), "FAKE_CUDA_FAIL": ""}, library=str(libcuda))
+    assert passed["ok"] and passed["count"] == 3, passed
+    conf.unlink()
+    assert P.probe_as(None, {"FAKE_CUDA_CONF": str(conf)}, library=str(libcuda))["count"] == 1, "no file: the defaults"
 
 
 def test_the_library_is_found_on_the_jobs_library_path(libcuda: Path, tmp_path: Path) -> None:

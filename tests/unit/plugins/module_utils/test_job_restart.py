@@ -16,6 +16,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._job_restart i
     Decision,
     decide,
     policy_of,
+    refused_by_cuda,
     restart_delay,
     wants_restart,
 )
@@ -116,3 +117,15 @@ def test_the_backoff_counts_the_restarts_that_count() -> None:
     policy = dict(DEFAULTS, restart="on_failure", restart_delay=10.0, restart_backoff=2.0, restart_max_delay=35.0)
     assert [decide(policy, 1, {}, "exit_status", counted).delay for counted in (0, 1, 2)] == [10.0, 20.0, 35.0]
     assert [restart_delay(policy, k) for k in (1, 2, 3, 4)] == [10.0, 20.0, 35.0, 35.0]
+
+
+def test_a_restart_the_cuda_probe_refused_ends_with_its_cause_and_the_attempts_reason_cut() -> None:
+    end = {"end_state": "failed", "cause": "python_exception", "exit_status": 1, "attempts": "1",
+           "reason": "ValueError: " + "x" * 100 + " (the last Python exception in the log; exit status 1)"}
+    refused = refused_by_cuda(end, "CUDA cannot initialise GPU 0 for the job: cuInit failed with CUDA_ERROR_UNKNOWN (999)")
+    assert (refused["end_state"], refused["cause"], refused["exit_status"], refused["attempts"]) == ("failed", "cuda_probe", 1, "1")
+    before, words = refused["reason"].split("; not restarted: ")
+    assert len(before) == 40 and before.startswith("ValueError: xxx") and before.endswith("\u2026")
+    assert words == "CUDA cannot initialise GPU 0 for the job: cuInit failed with CUDA_ERROR_UNKNOWN (999)"
+    assert end["cause"] == "python_exception", "the attempt's end is left as it was"
+    assert refused_by_cuda({"exit_status": 3}, "w")["reason"] == "exit status 3; not restarted: w"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_live, _job_stage
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_supervise import DEFAULTS, restart_delay, wants_restart
+from tests.integration.fake_libcuda import build, values
 from tests.integration.notify_receivers import receiver
 
 STARTED_AT = "2026-01-01T00:00:00Z"
@@ -547,3 +549,67 @@ def test_one_place_decides_the_stall_from_the_log_and_the_gpus(tmp_path: Path, m
         idle.words = None
         watch.stall(13.0)
         assert (sup.state["state"], sup.state["reason"], watch.flags["stalled"]) == ("running", None, False)
+
+
+# The CUDA probe before each restart of a job with GPUs (issue 35): the stand-in libcuda (tests/integration/fake_libcuda.py)
+# on the job's LD_LIBRARY_PATH, scripted by the job's environment.
+CUDA_GPU = "GPU-5a5a0000-1111-2222-3333-000000000000"  # the stand-in's first GPU
+
+
+def _cuda_env(tmp_path: Path, **settings: str) -> dict[str, str]:
+    """The job's env values: the stand-in libcuda found on its LD_LIBRARY_PATH, recording each cuInit in ``tmp_path/cuda``."""
+    folder = tmp_path / "libcuda"
+    folder.mkdir(exist_ok=True)
+    build(folder)
+    return dict({"LD_LIBRARY_PATH": str(folder), "FAKE_CUDA_RECORD": str(tmp_path / "cuda")}, **settings)
+
+
+def test_a_failing_cuda_probe_ends_the_restarts_with_the_cuda_error_and_its_fix(tmp_path: Path) -> None:
+    job = Job(tmp_path, "echo attempt $TRAINOPS_ATTEMPT; exit 1", env=_cuda_env(tmp_path, FAKE_CUDA_FAIL="cuInit:999"), gpus=[CUDA_GPU],
+              restart="on_failure", restart_limit=3, restart_delay=0.05)
+    assert job.run() == 1
+    record = job.record()
+    assert (record["attempts"], record["end_state"], record["cause"], record["exit_status"]) == ("1", "failed", "cuda_probe", "1"), record
+    assert record["reason"].startswith(f"exit status 1; not restarted: CUDA cannot initialise GPU {CUDA_GPU[:12]} for the job: "
+                                       "cuInit failed with CUDA_ERROR_UNKNOWN (999, unknown error); fix: "), record["reason"]
+    assert "`nvidia-modprobe -u -c=0`" in record["reason"] and len(record["reason"]) <= 300, record["reason"]
+    lines = job.log_lines()
+    assert [line for line in lines if line.startswith("attempt")] == ["attempt 1"], "no second attempt"
+    assert any(line.startswith("trainops.pct_launch: attempt 2 not started: CUDA cannot initialise") and line.endswith("`nvidia-modprobe -u -c=0` "
+               "(or `modprobe nvidia-uvm`), then restart the container") for line in lines), "the whole fix is in the log"
+    assert values(tmp_path / "cuda", "CUDA_VISIBLE_DEVICES") == [CUDA_GPU], "the probe ran once, on the job's GPU"
+    assert values(tmp_path / "cuda", "uid") == [str(os.getuid())]
+    assert [(e["event"], e["cause"]) for e in job.events()] == [("started", None), ("failed", "cuda_probe")]
+    assert job.history_lines()[-1]["cause"] == "cuda_probe" and job.state()["reason"] == record["reason"]
+
+
+@pytest.mark.parametrize("kind", ["probe passes", "no GPUs", "no libcuda"])
+def test_restarts_go_on_when_cuda_initialises_or_there_is_nothing_to_probe(tmp_path: Path, kind: str) -> None:
+    env = _cuda_env(tmp_path, FAKE_CUDA_FAIL="cuInit:999" if kind == "no GPUs" else "")
+    if kind == "no libcuda":
+        env["LD_LIBRARY_PATH"] = str(tmp_path / "nothing")
+    job = Job(tmp_path, FAIL_TWICE, env=env, gpus=[] if kind == "no GPUs" else [CUDA_GPU], restart="on_failure", restart_delay=0.05)
+    assert job.run() == 0
+    assert (job.record()["attempts"], job.record()["end_state"], job.record()["cause"]) == ("3", "finished", "exit_status")
+    probed = values(tmp_path / "cuda", "CUDA_VISIBLE_DEVICES")
+    assert probed == ([CUDA_GPU, CUDA_GPU] if kind == "probe passes" else []), "one probe before each restart, none before the first attempt"
+
+
+def test_the_probe_runs_as_the_jobs_user_with_the_jobs_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """probe_as gets the job's user, its clean environment (PATH, HOME, its env values) and CUDA_VISIBLE_DEVICES of its GPUs."""
+    from ansible_collections.trainops.pct_launch.plugins.module_utils import _job_supervise  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(_job_supervise.process, "forward_signals", lambda *args: None)
+    calls: list[tuple[str | None, dict[str, str]]] = []
+    answer = {"ran": True, "ok": False, "call": "cuCtxCreate_v2", "code": 46, "name": "CUDA_ERROR_DEVICE_UNAVAILABLE", "text": "busy",
+              "device": None, "fix": "wait"}
+    monkeypatch.setattr(_job_supervise._cuda_probe, "probe_as", lambda user, env: calls.append((user, dict(env))) or answer)
+    job = Job(tmp_path, "true", gpus=[GPU_A, GPU_B])
+    data = dict(json.loads((job.run_dir / "job.json").read_text()), user="root")
+    with open(job.log, "ab") as log:
+        sup = _job_supervise.Supervisor(str(job.run_dir), data, log)
+        words = sup.cuda_refusal({"TOKEN": "x"})
+    assert words == "CUDA cannot initialise 2 GPUs for the job: cuCtxCreate failed with CUDA_ERROR_DEVICE_UNAVAILABLE (46, busy); fix: wait"
+    (user, env), = calls
+    assert user == "root" and env["CUDA_VISIBLE_DEVICES"] == f"{GPU_A},{GPU_B}" and env["TOKEN"] == "x" and env["USER"] == "root", env
+    assert env["HOME"] == pwd.getpwnam("root").pw_dir
