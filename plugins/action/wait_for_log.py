@@ -45,6 +45,7 @@ from ansible_collections.trainops.pct_launch.plugins.module_utils._log_wait impo
     subject,
     where,
 )
+from ansible_collections.trainops.pct_launch.plugins.plugin_utils import _job_xid
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_board import fleet_id_error
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._module_failure import module_answered, module_failure_cause
 from ansible_collections.trainops.pct_launch.plugins.plugin_utils._pct_errors import ContainerNotRunning
@@ -60,7 +61,7 @@ from ansible_collections.trainops.pct_launch.plugins.plugin_utils._fleet_wait im
 display = Display()
 
 # Options the action plugin adds or reads for itself; the module never sees them.
-CONTROLLER_ONLY = ("fleet_id", "host", "pct_vmid", "pct_node")
+CONTROLLER_ONLY = ("fleet_id", "node_kernel_log", "host", "pct_vmid", "pct_node")
 # Chunks shorter than this are not started; the deadline is as good as reached.
 MIN_CHUNK = 0.2
 # A chunk killed by a signal (its container stopping): how many times to ask the container, a second apart.
@@ -277,6 +278,8 @@ class ActionModule(ActionBase):
             res.update(elapsed=round(elapsed, 3), pct_calls=calls)
             if args["wait_until"] == "finished":
                 self._keep_proof(res, proof)
+            if res.get("failed"):  # a GPU fault in the node's kernel log during the attempt: named in the message
+                self._name_xids(res, args)
             res["msg"] = message(res, args)
             res["reason"] = reason(res, args)
             # ansible-core 2.19+ keeps the module's own failure summary (with the chunk's msg) here
@@ -289,6 +292,12 @@ class ActionModule(ActionBase):
             member.proven()
             res = self._watch_after_proof(args, task_vars, member, res, deadline)
         return res
+
+    def _name_xids(self, res: dict[str, t.Any], args: t.Mapping[str, t.Any]) -> None:
+        """``cause: gpu_xid``, ``xid`` and ``xid_reason`` when the node logged Xid errors of the job's GPUs in its attempt."""
+        warning = _job_xid.name_ends(self._connection, [res], args.get("node_kernel_log"))
+        if warning:
+            res.setdefault("warnings", []).append(warning)
 
     @staticmethod
     def _keep_proof(res: dict[str, t.Any], proof: t.Mapping[str, t.Any]) -> None:

@@ -35,7 +35,7 @@ LOCK_TIMEOUT = 10.0
 FOLDER_MODE = 0o755
 FILE_MODE = 0o644
 ENTRY_KEYS = ("session_name", "host", "started_at", "ended_at", "end_state", "exit_status", "cause", "reason", "attempts", "log_path",
-              "boot_restarts")
+              "boot_restarts", "attempt_started_at", "gpu_bus_ids")
 _INT_KEYS = ("exit_status", "attempts", "boot_restarts")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 

@@ -59,7 +59,7 @@ def now() -> str:
 
 
 # The keys an exit record may carry after the first four (docs/job-life.md), in the order they are written.
-RECORD_KEYS = ("attempts", "end_state", "cause", "signal", "reason")
+RECORD_KEYS = ("attempts", "end_state", "cause", "signal", "reason", "attempt_started_at", "gpu_bus_ids")
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -54,6 +54,7 @@ class Supervisor:
         self.written = 0.0
         self.memory: dict[str, int] = {}  # the memory counters when the attempt started (_job_memory)
         self.attempt_start = time.monotonic()
+        self.attempt_started_at = str(self.job.get("started_at") or "")  # the wall time, for the exit record (the Xid readers)
         # a start at the container's boot (_job_resume): the next attempt of the same launch, the time_limit partly used
         self.live, self.resume = job.get("live"), dict(job.get("resume") or {})
         if self.resume:
@@ -114,6 +115,7 @@ class Supervisor:
         extra = {"TRAINOPS_ATTEMPT": str(number), "TRAINOPS_RESTARTS": str(number - 1), "TRAINOPS_SESSION_NAME": self.name,
                  "TORCHELASTIC_ERROR_FILE": env.get("TORCHELASTIC_ERROR_FILE", error_file)}
         self.memory, self.attempt_start, size = _job_memory.snapshot(), time.monotonic(), size_of(self.log_path)
+        self.attempt_started_at = process.now()
         proc = process.start_job(self.job, self.log, dict(env, **extra))
         self.state.update(attempt=number, restarts=number - 1, next_restart_at=None)
         if isinstance(proc, int):
@@ -225,7 +227,8 @@ class Supervisor:
                                 stalled=bool(flags.get("stalled")) and self.policy["stall_action"] != "record",
                                 oom_kills_during=grown.get("oom_kill", 0), error_file=self._error_file(env), shutdown=shutdown,
                                 memory=self.memory_note(grown))
-        end = dict(end, attempts=str(self.state["attempt"]), exit_status=status)
+        end = dict(end, attempts=str(self.state["attempt"]), exit_status=status, attempt_started_at=self.attempt_started_at,
+                   gpu_bus_ids=",".join(str(bus) for bus in self.job.get("gpu_bus_ids") or ()))
         end["reason"] = self._own_reason(end, grown) or end.get("reason")
         return end
 
@@ -240,7 +243,8 @@ class Supervisor:
         self.set_state("ended", end_state=end["end_state"], reason=end.get("reason"), pid=None)
         _job_history.append(history, {"event": "end", **self._launch(), "ended_at": ended, "end_state": end["end_state"],
                                       "exit_status": status, "cause": end.get("cause"), "reason": end.get("reason"),
-                                      "attempts": self.state["attempt"]})
+                                      "attempts": self.state["attempt"], "attempt_started_at": end.get("attempt_started_at"),
+                                      "gpu_bus_ids": end.get("gpu_bus_ids") or None})
         _job_live.ended(self.live, self.job.get("started_at"), self.state["attempt"],  # the next boot: nothing to do, or a restart
                         again=end.get("cause") == "shutdown" and bool(self.policy.get("restart_on_boot")))
         self.notify("finished" if end["end_state"] == "finished" else "failed", end)

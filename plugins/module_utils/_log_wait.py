@@ -20,7 +20,7 @@ import typing as t
 
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_layout import EXIT_SUFFIX, LOG_PATH_FILE, OPT_LOG
 from ansible_collections.trainops.pct_launch.plugins.module_utils._job_names import name_and_log_errors
-from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import to_int
+from ansible_collections.trainops.pct_launch.plugins.module_utils._tmux_sessions import bus_ids, to_int
 
 MODULE_NAME = "trainops.pct_launch.wait_for_log"
 CHUNK_SECONDS = 10.0
@@ -45,14 +45,15 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = {
     "wait_until": {"type": "str", "default": "started", "choices": list(WAIT_UNTIL)},
     # None: true with wait_until finished, false with started (show_lines() resolves it)
     "show_lines": {"type": "bool"},
-    # the action plugin's (controller side): the module never sees it
+    # the action plugin's (controller side): the module never sees them
     "fleet_id": {"type": "str"},
+    "node_kernel_log": {"type": "list", "elements": "str"},
 }
 REQUIRED_ONE_OF = [["session_name", "log_path"]]
 # tmux_session's option wait: these options, for the wait after the start (the session and the log are the job's own;
 # a fleet-wide wait, fleet_id, stays wait_for_log's)
 WAIT_SPEC: dict[str, dict[str, t.Any]] = {key: value for key, value in ARGUMENT_SPEC.items()
-                                          if key not in ("session_name", "log_path", "offset", "fleet_id")}
+                                          if key not in ("session_name", "log_path", "offset", "fleet_id", "node_kernel_log")}
 
 
 def _regex_error(option: str, value: str) -> str | None:
@@ -147,6 +148,8 @@ def result_from_facts(facts: t.Mapping[str, t.Any], elapsed: float, chunks: int 
         "cause": exit_info.get("cause"),
         "end_reason": exit_info.get("reason"),
         "signal": exit_info.get("signal"),
+        "attempt_started_at": exit_info.get("attempt_started_at"),
+        "gpu_bus_ids": bus_ids(exit_info.get("gpu_bus_ids")),
         # the container shut down: what showed it in the container, else the reason of the exit record that says so
         "shutdown": facts.get("shutdown") or (exit_info.get("reason") if exit_info.get("cause") == "shutdown" else None),
     }
@@ -238,7 +241,8 @@ def _died_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]) 
         how = f"the job ended with exit status {result['exit_status']}" if result["exit_status"] is not None else "the job ended"
         if result["stopped_by"]:
             how += f" (stopped by {result['stopped_by']})"
-        return f"Job did not start in {what}: {how} {when}, before {_expected(params)}{_tail(result)}; fix the job and launch it again"
+        return (f"Job did not start in {what}: {how} {when}, before {_expected(params)}{_gpu_fault(result)}{_tail(result)}; "
+                f"{_fix(result, 'fix the job and launch it again')}")
     if state == "vanished":
         return (f"Job did not start in {what}: the session is gone without an exit status {when} (tmux killed, SIGKILL, "
                 "or the container restarted without the boot unit of role trainops.pct_launch.boot_recorder), "
@@ -285,6 +289,17 @@ def _still_running_message(result: t.Mapping[str, t.Any], params: t.Mapping[str,
             "(playbooks/stop.yml)")
 
 
+def _gpu_fault(result: t.Mapping[str, t.Any]) -> str:
+    """``; cause gpu_xid: the job's GPU ... logged Xid 79 (...)`` when the node's kernel log named a fault of the job's
+    GPUs during its last attempt (``plugins/plugin_utils/_job_xid``), else nothing."""
+    return f"; cause gpu_xid: {result['xid_reason']}" if result.get("xid_reason") else ""
+
+
+def _fix(result: t.Mapping[str, t.Any], fix: str) -> str:
+    """The fix: NVIDIA's action first when the GPU faulted."""
+    return "follow NVIDIA's action for the Xid, then launch the job again" if result.get("xid_reason") else fix
+
+
 def _end_notes(result: t.Mapping[str, t.Any]) -> str:
     """`` (reason: ..., 3 attempts, stopped by trainops)`` from the exit record, or nothing."""
     notes = []
@@ -310,7 +325,7 @@ def _failed_message(result: t.Mapping[str, t.Any], params: t.Mapping[str, t.Any]
     if state == "finished":
         how = f"exit status {result['exit_status']}" if result["exit_status"] is not None else "the job ended without an exit status"
         fix = "launch it again" if result.get("stopped_by") else "fix the job and launch it again"
-        return f"Job failed in {what}: {how} {when}{_end_notes(result)}{_tail(result)}; {fix}"
+        return f"Job failed in {what}: {how} {when}{_end_notes(result)}{_gpu_fault(result)}{_tail(result)}; {_fix(result, fix)}"
     if result["tmux_missing"]:
         return f"Cannot watch {what}: tmux is not installed there; install it (role trainops.pct_launch.tmux) and launch the job"
     if state == "vanished":

@@ -19,6 +19,8 @@ ARGUMENT_SPEC: dict[str, dict[str, t.Any]] = dict(
     lines=dict(type="int", default=20),
     history=dict(type="bool", default=False),
     history_limit=dict(type="int", default=100),
+    # the action plugin's (controller side): the module never reads it
+    node_kernel_log=dict(type="list", elements="str"),
 )
 
 RULES: dict[str, t.Any] = dict(required_by={"log_path": "session_name"})

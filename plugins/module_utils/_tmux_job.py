@@ -99,8 +99,9 @@ def _write_files(spec: LaunchSpec, started_at: str, chosen: t.Sequence[t.Mapping
     job = {"session_name": spec.session_name, "log_path": spec.log_path, "argv": job_argv(spec), "chdir": spec.chdir,
            "venv": spec.venv, "user": spec.user, "started_at": started_at, "host": hostname(),
            "supervise": dict(spec.supervise, notify_url=None), "history_path": history_path(), "gpus": [gpu["uuid"] for gpu in chosen]}
-    if chosen:  # what the GPU idle watchdog asks (gpu_idle_timeout)
+    if chosen:  # what the GPU idle watchdog asks (gpu_idle_timeout), and the exit record's GPUs for the Xid readers
         job["nvidia_smi"] = spec.nvidia_smi
+        job["gpu_bus_ids"] = [str(gpu.get("pci_bus_id")) for gpu in chosen if gpu.get("pci_bus_id")]
     failed = stage(run_dir)
     if failed is not None:
         raise JobError("start_failed", f"cannot write {failed}")

@@ -194,6 +194,11 @@ def life(facts: t.Mapping[str, t.Any], now: float | None = None) -> dict[str, t.
     return keys
 
 
+def bus_ids(text: object) -> list[str]:
+    """The exit record's ``gpu_bus_ids`` (comma-separated PCI bus ids) as a list."""
+    return [item for item in str(text or "").split(",") if item]
+
+
 def session_entry(facts: t.Mapping[str, t.Any], now: float | None = None) -> dict[str, t.Any]:
     """One element of the module's ``sessions`` result (``now``: the time the ages count to, the clock's by default)."""
     state = facts["state"]
@@ -210,6 +215,8 @@ def session_entry(facts: t.Mapping[str, t.Any], now: float | None = None) -> dic
         "exit_status": (status if status is not None else to_int(facts.get("pane_dead_status"))) if finished else None,
         "ended_at": (facts.get("exit.ended_at") or None) if finished else None,
         "stopped_by": facts.get("exit.stopped_by") or None,
+        "attempt_started_at": (facts.get("exit.attempt_started_at") or None) if finished else None,
+        "gpu_bus_ids": bus_ids(facts.get("exit.gpu_bus_ids")) if finished else [],
         "log_path": facts.get("log_path") or None,
         "log_size": to_int(facts.get("log_size")),
         "log_tail": [line.rstrip("\r") for line in facts.get("line", [])],

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import typing as t
-
 DOCUMENTATION = r"""
 module: gpu_info
 short_description: Report the NVIDIA GPUs of a Proxmox VE container as its node sees them, and what a GPU job there would lack
@@ -331,6 +329,8 @@ problems:
   type: list
   elements: str
 """
+
+import typing as t
 
 from ansible.module_utils.basic import AnsibleModule
 

@@ -28,6 +28,7 @@ description:
   - With O(history=true), the result also has the target's history of launches, RV(history).
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.gpu_xid
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.info_module
 options:
@@ -208,9 +209,34 @@ sessions:
           V(time_limit), V(stall), V(stop), V(shutdown) (the container shut down cleanly with C(pct shutdown) or
           C(pct reboot), its init stopped every process) or V(container_restart) (a kill, C(pct stop), or a crash left no
           exit record, so the boot unit wrote it at the container's next boot, RV(sessions[].reason) starting with
-          C(lost) and naming the restart; without the boot unit the state is V(vanished)).
+          C(lost) and naming the restart; without the boot unit the state is V(vanished)), or V(gpu_xid) (the node logged
+          an Xid error of the job's GPUs during its last attempt, RV(sessions[].xid), and RV(sessions[].reason) starts
+          with C(gpu_xid) and NVIDIA's name and action), or V(cuda_probe) (CUDA did not initialise on the job's GPUs
+          before a restart, so none was made; RV(sessions[].reason) names the CUDA error and its fix).
       type: str
       sample: python_exception
+    job_cause:
+      description: When RV(sessions[].cause) is V(gpu_xid), the cause the exit record gave.
+      type: str
+      returned: when RV(sessions[].cause) is V(gpu_xid)
+    xid:
+      description:
+        - The Xid errors of the job's GPUs during its last attempt, each with C(xid), C(pci_bus_id), C(time), NVIDIA's
+          C(name), C(meaning) and C(action), and C(message) (as RV(trainops.pct_launch.wait_for_log#module:xid)).
+      type: list
+      elements: dict
+      returned: when RV(sessions[].cause) is V(gpu_xid)
+    xid_reason:
+      description: RV(sessions[].xid) in one line.
+      type: str
+      returned: when RV(sessions[].cause) is V(gpu_xid)
+    attempt_started_at:
+      description: When the job's last attempt started (UTC), from the exit record once V(finished); else null.
+      type: str
+    gpu_bus_ids:
+      description: The PCI bus ids of the job's GPUs, from the exit record once V(finished); else empty.
+      type: list
+      elements: str
     reason:
       description:
         - "One line saying why the job ended, from the exit record; while V(running), the supervisor's (C(state.json)),
@@ -292,6 +318,25 @@ history:
     log_path:
       description: The launch's log on the target.
       type: str
+    attempt_started_at:
+      description: ISO 8601 UTC start time of the launch's last attempt, from its end; null before this release or while it runs.
+      type: str
+    gpu_bus_ids:
+      description: The PCI bus ids of the launch's GPUs, comma-separated, from its end; null without GPUs.
+      type: str
+    job_cause:
+      description: When RV(history[].cause) is V(gpu_xid), the cause the end gave.
+      type: str
+      returned: when RV(history[].cause) is V(gpu_xid)
+    xid:
+      description: As RV(sessions[].xid), for a launch whose end the GPU caused.
+      type: list
+      elements: dict
+      returned: when RV(history[].cause) is V(gpu_xid)
+    xid_reason:
+      description: As RV(sessions[].xid_reason).
+      type: str
+      returned: when RV(history[].cause) is V(gpu_xid)
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -39,6 +39,7 @@ description:
   - O(pattern) and O(fail_pattern) are Python regular expressions (module C(re)), checked on the controller before anything runs on the target.
 extends_documentation_fragment:
   - trainops.pct_launch.on_target
+  - trainops.pct_launch.gpu_xid
   - trainops.pct_launch.attributes
   - trainops.pct_launch.attributes.action
 options:
@@ -368,10 +369,50 @@ cause:
   description:
     - What ended the job, from the exit record (C(cause)), for example V(exit_status), V(signal), V(oom_kill), V(cuda_oom),
       V(nccl), V(python_exception), V(torchelastic), V(time_limit), V(stall), V(stop), V(shutdown) (the container shut
-      down cleanly, RV(end_state) V(stopped)) or V(container_restart) (RV(end_state) V(lost)); null when unknown.
+      down cleanly, RV(end_state) V(stopped)), V(container_restart) (RV(end_state) V(lost)) or V(gpu_xid) (the node logged
+      an Xid error of the job's GPUs during its last attempt, RV(xid)) or V(cuda_probe) (CUDA did not initialise on
+      the job's GPUs before a restart, so none was made); null when unknown.
   returned: always
   type: str
   sample: python_exception
+job_cause:
+  description: When RV(cause) is V(gpu_xid), the cause the exit record gave (for example V(exit_status)).
+  returned: when RV(cause) is V(gpu_xid)
+  type: str
+  sample: exit_status
+xid:
+  description:
+    - The Xid errors the node's kernel log holds for the job's GPUs during its last attempt, oldest first.
+  returned: when RV(cause) is V(gpu_xid)
+  type: list
+  elements: dict
+  contains:
+    xid: {description: "The Xid number.", type: int, sample: 79}
+    pci_bus_id: {description: "The GPU's PCI bus id as nvidia-smi prints it.", type: str, sample: "00000000:07:00.0"}
+    time: {description: "When the driver logged it (UTC); null when the line has no time.", type: str, sample: "2026-12-06T14:22:07Z"}
+    name: {description: "NVIDIA's name of the Xid (null: not in the collection's catalog).", type: str, sample: GPU has fallen off the bus}
+    meaning: {description: "What it means, in NVIDIA's words made short.", type: str}
+    action: {description: "NVIDIA's recommended action.", type: str}
+    message: {description: "The Xid in one line (number, name, meaning and action).", type: str}
+    pid: {description: "The process the driver named (null when none).", type: int}
+    process_name: {description: "Its name (null when none).", type: str}
+    text: {description: "The rest of the driver's line.", type: str}
+xid_reason:
+  description: RV(xid) in one line, as the failure's message says it.
+  returned: when RV(cause) is V(gpu_xid)
+  type: str
+  sample: "the job's GPU 00000000:07:00.0 logged at 2026-12-06T14:22:07Z: Xid 79 (GPU has fallen off the bus): ...; action: reboot the node ..."
+attempt_started_at:
+  description: When the job's last attempt started (UTC), from the exit record; null when unknown (records of earlier releases).
+  returned: always
+  type: str
+  sample: "2026-12-06T14:20:00Z"
+gpu_bus_ids:
+  description: The PCI bus ids of the job's GPUs, from the exit record; empty for a job without GPUs.
+  returned: always
+  type: list
+  elements: str
+  sample: ["00000000:07:00.0"]
 shutdown:
   description:
     - Set when the job's container shut down (or was shutting down) during the wait, so the job ended with it. It is what

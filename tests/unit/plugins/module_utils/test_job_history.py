@@ -114,7 +114,8 @@ def test_a_launch_is_one_entry_of_its_two_lines(history: Path) -> None:
     assert append(str(history), end("a", "S1", 3, cause="python_exception", reason="ValueError: x", attempts=2))
     assert read(str(history)) == [{"session_name": "a", "host": "ct200", "started_at": "S1", "ended_at": "S1+9", "end_state": "failed",
                                    "exit_status": 3, "cause": "python_exception", "reason": "ValueError: x", "attempts": 2,
-                                   "log_path": "/w/a.log", "boot_restarts": None}]
+                                   "log_path": "/w/a.log", "boot_restarts": None,
+                                   "attempt_started_at": None, "gpu_bus_ids": None}]
     assert len(lines_of(history)) == 2
 
 

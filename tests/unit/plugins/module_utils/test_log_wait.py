@@ -36,7 +36,7 @@ def params(**kwargs: t.Any) -> dict[str, t.Any]:
 
 def test_the_options_are_those_of_the_host_the_module_runs_on() -> None:
     assert set(ARGUMENT_SPEC) == {"session_name", "log_path", "pattern", "fail_pattern", "timeout", "sleep", "tail_lines", "offset",
-                                  "wait_until", "show_lines", "fleet_id"}
+                                  "wait_until", "show_lines", "fleet_id", "node_kernel_log"}
     assert ARGUMENT_SPEC["wait_until"] == {"type": "str", "default": "started", "choices": ["started", "finished"]}
     assert ARGUMENT_SPEC["show_lines"] == {"type": "bool"}, "no default: show_lines() resolves it from wait_until"
     assert not {"vmid", "pct_path"} & set(ARGUMENT_SPEC)
@@ -128,7 +128,7 @@ def test_result_from_facts() -> None:
         "log_exists": True, "log_size": 99, "offset": 99, "session_state": "running", "session_alive": True, "tmux_missing": False,
         "pane_pid": 5, "exit_status": 3, "ended_at": "E", "stopped_by": "trainops", "process_tree": [], "pct_calls": 4,
         "proof_recorded": True, "attempts": None, "end_state": None, "cause": None, "end_reason": None, "signal": None,
-        "shutdown": None,
+        "shutdown": None, "attempt_started_at": None, "gpu_bus_ids": [],
     }
     assert "engine" not in result_from_facts(facts, 1)
     assert not {"proven_line", "new_lines", "lines_omitted"} & set(result_from_facts(facts, 1)), "only with finished and show_lines"
@@ -286,7 +286,7 @@ def test_fail_pattern_while_waiting_for_the_end_is_todays_message() -> None:
 
 
 def test_tmux_session_wait_takes_the_options_but_the_job_s_own_and_the_fleet() -> None:
-    assert set(ARGUMENT_SPEC) - set(WAIT_SPEC) == {"session_name", "log_path", "offset", "fleet_id"}
+    assert set(ARGUMENT_SPEC) - set(WAIT_SPEC) == {"session_name", "log_path", "offset", "fleet_id", "node_kernel_log"}
     assert all(WAIT_SPEC[name] == ARGUMENT_SPEC[name] for name in WAIT_SPEC)
 
 

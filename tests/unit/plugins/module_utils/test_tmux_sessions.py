@@ -171,6 +171,7 @@ def test_session_entry_finished() -> None:
         "name": "train", "state": "finished", "managed": True, "pane_pid": None, "command": None,
         "started_at": "2025-01-01T00:00:00Z", "exit_status": 137, "ended_at": "2025-01-01T00:00:09Z",
         "stopped_by": "trainops", "log_path": "/w/t.log", "log_size": 10, "log_tail": ["a", "b"],
+        "attempt_started_at": None, "gpu_bus_ids": [],
         "attempts": None, "end_state": None, "cause": None, "reason": None, "signal": None, "since": "2025-01-01T00:00:09Z",
         "supervisor_state": None, "last_output_at": None, "last_progress_at": None, "last_progress_age": None,
         "notify_failures": 0, "notify_failure": None,

@@ -61,7 +61,7 @@ def run_module(capsys: pytest.CaptureFixture[str], **args: t.Any) -> dict[str, t
 
 
 def test_the_options_have_no_container() -> None:
-    assert set(tmux_session_info.ARGUMENT_SPEC) == {"session_name", "log_path", "lines", "history", "history_limit"}
+    assert set(tmux_session_info.ARGUMENT_SPEC) == {"session_name", "log_path", "lines", "history", "history_limit", "node_kernel_log"}
 
 
 def test_one_finished_session(tmp_path: Path, reports: Reports, capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,7 +153,8 @@ def test_history_entries_filter_and_limit(history: Path, reports: Reports, capsy
         ("b", "S3", "failed", 3), ("a", "S4", "failed", 4), ("a", "S5", "running", None)]
     assert result["history"][0] == {"session_name": "b", "host": "ct200", "started_at": "S3", "ended_at": "E3", "end_state": "failed",
                                     "exit_status": 3, "cause": "exit_status", "reason": "exit status 3", "attempts": 1,
-                                    "log_path": "/w/caf\ufffd.log", "boot_restarts": None}, "bytes that are not UTF-8 are shown as U+FFFD"
+                                    "log_path": "/w/caf\ufffd.log", "boot_restarts": None,
+                                    "attempt_started_at": None, "gpu_bus_ids": None}, "bytes that are not UTF-8 are shown as U+FFFD"
     one = run_module(capsys, session_name="b", history=True)
     assert [e["started_at"] for e in one["history"]] == ["S1", "S3"] and one["session"]["state"] == "absent"
     assert len(run_module(capsys, history=True)["history"]) == 6, "100 by default"
