@@ -98,9 +98,10 @@ class Watch:
             return
         self.gpu.tick()
         notes = self.gpu.notes()
+        quiet = bool(notes) and size_of(self.sup.log_path) == self.size  # no output of the job's since the last look
         for note in notes:
             process.log_line(self.sup.log, f"{process.PROTOCOL}session={self.sup.name} attempt={self.sup.state['attempt']} {note}")
-        if notes:  # the collection's own lines are no output of the job's (the log watchdog)
+        if quiet:  # the collection's own lines are no output of the job's (the log watchdog); else the job's output counts
             self.size = size_of(self.sup.log_path)
 
     def sources(self, now: float) -> dict[str, str]:
