@@ -268,8 +268,8 @@ def _child(write_fd: int, entry: t.Any, env: t.Mapping[str, str], library: str |
         os._exit(0)  # pylint: disable=protected-access  # a forked child leaves without the module's exit handlers
 
 
-def _read_lines(read_fd: int, timeout: float) -> tuple[list[str], bool]:
-    """The child's lines, and whether it finished before ``timeout``."""
+def read_lines(read_fd: int, timeout: float) -> tuple[list[str], bool]:
+    """The child's lines, and whether it finished before ``timeout`` (``_gpu_devices`` reads its child so too)."""
     data, deadline = b"", time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -281,7 +281,7 @@ def _read_lines(read_fd: int, timeout: float) -> tuple[list[str], bool]:
         data += chunk
 
 
-def _reap(pid: int, done: bool) -> int | None:
+def reap(pid: int, done: bool) -> int | None:
     """The child's wait status; one that did not finish is killed, and left to init if it stays stuck in the driver."""
     if not done:
         os.kill(pid, signal.SIGKILL)
@@ -328,10 +328,10 @@ def probe_as(user: str | None, env: t.Mapping[str, str], library: str | None = N
     lines: list[str] = []
     done, status = False, None
     try:
-        lines, done = _read_lines(read_fd, timeout)
+        lines, done = read_lines(read_fd, timeout)
     finally:
         os.close(read_fd)
-        status = _reap(pid, done)
+        status = reap(pid, done)
     return dict(_outcome(lines, done, status, timeout), user=user)
 
 

@@ -20,11 +20,10 @@ import grp
 import os
 import pwd
 import re
-import select
-import signal
 import stat
-import time
 import typing as t
+
+from ansible_collections.trainops.pct_launch.plugins.module_utils._cuda_probe import reap, read_lines
 
 ALWAYS = ("nvidiactl", "nvidia-uvm")
 GPU_INFO = "/proc/driver/nvidia/gpus/*/information"
@@ -111,28 +110,6 @@ def _child(write_fd: int, entry: t.Any, paths: t.Sequence[str]) -> None:
         os._exit(0)  # pylint: disable=protected-access  # a forked child leaves without the module's exit handlers
 
 
-def _read_lines(read_fd: int, timeout: float) -> tuple[list[str], bool]:
-    """The child's lines, and whether it finished before ``timeout``."""
-    data, deadline = b"", time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([read_fd], [], [], left)[0]:
-            return data.decode().splitlines(), False
-        chunk = os.read(read_fd, 4096)
-        if not chunk:
-            return data.decode().splitlines(), True
-        data += chunk
-
-
-def _reap(pid: int, done: bool) -> None:
-    """Wait for the child; one that did not finish is killed, and left to init if it stays stuck in the driver."""
-    if not done:
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 1.0
-    while os.waitpid(pid, 0 if done else os.WNOHANG)[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
 def codes_as(entry: t.Any, paths: t.Sequence[str], timeout: float = OPEN_TIMEOUT) -> tuple[int, list[int | None]]:
     """(errno of becoming the user, errno of each open: None when it did not answer in time), through a child."""
     read_fd, write_fd = os.pipe()
@@ -144,10 +121,10 @@ def codes_as(entry: t.Any, paths: t.Sequence[str], timeout: float = OPEN_TIMEOUT
     lines: list[str] = []
     done = False
     try:
-        lines, done = _read_lines(read_fd, timeout)
+        lines, done = read_lines(read_fd, timeout)
     finally:
         os.close(read_fd)
-        _reap(pid, done)
+        reap(pid, done)
     switch = int(lines[0].split()[1]) if lines else errno.EIO if done else 0
     codes: list[int | None] = [int(line) for line in lines[1:]]
     return switch, codes + [None] * (len(paths) - len(codes))
