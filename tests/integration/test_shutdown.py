@@ -153,6 +153,10 @@ def test_pct_stop_kills_the_job_and_is_no_shutdown(running: int, standin: Standi
     name = fresh("killed")
     run = play(tmp_path, [launch(name, JOB, restart="on_failure", notify_url=url), wait(name, pattern="^Epoch")])
     assert run.result("Wait", HOST)["verdict"] == "started", run.proc.stdout[-3000:]
+    # the supervisor notes the proof at its next look (TICK) and then sends it: a stop before that loses it
+    deadline = time.monotonic() + 20
+    while not any(e["event"] == "proven" for e in events) and time.monotonic() < deadline:
+        time.sleep(0.1)
     standin.pct("stop", running, check=True)
     standin.pct("start", running, check=True)
     assert record(standin, running, name) == {}
