@@ -216,6 +216,8 @@ def test_restart_on_boot_starts_the_job_again_as_attempt_2_and_a_wait_proves_it(
     run = play(tmp_path, [launch(name, restart_on_boot=True, restart_limit=2, notify_url=url, notify_url_keep=True,
                                  public_env={"RUN": "r1"}), wait(name)])
     assert run.result("Wait", HOST)["verdict"] == "started", run.proc.stdout[-3000:]
+    # the supervisor sends proven at its next look after the proof: a kill before that loses it
+    assert events_until(events, lambda seen: [e["event"] for e in seen] == ["started", "proven"], 20) < 20, events
     kill_and_start(standin)
     journal = boot_unit_done(standin)
     assert f"session {name}: lost: the container restarted at " in journal, journal
